@@ -1,0 +1,34 @@
+// The shape and semantics of one MoE layer (what a model's config.json says), and the presets of
+// docs/performance.md. Separate from kernel configs (tiles, stages), which live with each backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moekit/activation/activation.hpp"
+#include "moekit/routing/routing.hpp"
+
+namespace moekit {
+
+struct MoeLayerConfig {
+  std::string name;                 // preset name or "custom"
+  int num_experts = 0;              // E (global)
+  std::int64_t hidden_size = 0;     // H
+  std::int64_t intermediate_size = 0;  // I (per expert)
+  int num_shared_experts = 0;       // informational: shared experts run as a dense MLP elsewhere
+  RoutingConfig routing;            // includes top_k
+  ActivationConfig activation;
+  bool has_bias = false;            // per-expert biases after each GEMM (gpt-oss)
+  int top_k() const { return routing.top_k; }
+  void validate() const;            // throws moekit::Error naming the bad field
+  std::string str() const;
+};
+
+// Presets of docs/performance.md: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3,
+// gpt-oss-20b, gpt-oss-120b, llama4-scout, kimi-k2, plus "tiny" (the embedded default job).
+const MoeLayerConfig& layer_preset(std::string_view name);  // throws listing valid names
+std::vector<std::string> layer_preset_names();
+
+}  // namespace moekit

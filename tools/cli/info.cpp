@@ -1,0 +1,27 @@
+// `moekit info`: the build (CUDA on/off), the devices found and the backends compiled in.
+#include <cstdio>
+
+#include "cli/command.hpp"
+#include "core/device_runtime.hpp"
+
+namespace {
+
+void setup_info(CLI::App& sub) {
+  sub.callback([] {
+    namespace dr = moekit::device_runtime;
+    std::printf("moekit 0.1.0\n");
+    std::printf("build: CUDA backend %s\n", dr::compiled_with_cuda() ? "ON (sm_90a)" : "OFF");
+    int n = dr::device_count();
+    std::printf("devices: %d CUDA device(s)\n", n);
+    for (int i = 0; i < n; ++i) {
+      auto d = dr::device_info(i);
+      std::printf("  cuda:%d %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n", i, d.name.c_str(), d.sm_major,
+                  d.sm_minor, d.multiprocessors, d.global_memory_bytes / 1073741824.0,
+                  d.l2_bytes / 1048576.0);
+    }
+  });
+}
+
+}  // namespace
+
+MOEKIT_REGISTER_COMMAND(info, "Print the build, the devices found and the backends compiled in", setup_info);
