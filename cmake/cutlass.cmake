@@ -12,3 +12,20 @@ else()
   set(MOEKIT_WITH_CUTLASS OFF)
   message(STATUS "moekit: CUTLASS headers not found (run scripts/install_deps.sh)")
 endif()
+
+# moekit_cutlass_sources(<list var>): CUTLASS translation units are named *_cutlass.cu. Without the
+# headers they are dropped from the list (the library still builds; their launchers report that
+# CUTLASS is missing at run time). With them, they always compile with -DNDEBUG (CUTLASS's device
+# asserts cost registers and time).
+function(moekit_cutlass_sources var)
+  set(_srcs ${${var}})
+  set(_cutlass_tus ${_srcs})
+  list(FILTER _cutlass_tus INCLUDE REGEX "_cutlass\\.cu$")
+  if(MOEKIT_WITH_CUTLASS)
+    set_source_files_properties(${_cutlass_tus} DIRECTORY ${PROJECT_SOURCE_DIR}
+                                PROPERTIES COMPILE_DEFINITIONS NDEBUG)
+  else()
+    list(FILTER _srcs EXCLUDE REGEX "_cutlass\\.cu$")
+  endif()
+  set(${var} ${_srcs} PARENT_SCOPE)
+endfunction()

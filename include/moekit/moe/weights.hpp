@@ -17,6 +17,9 @@ struct MoeWeights {
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   QuantConfig quant;  // scheme of w13 and w2: kBF16, kFP8PerTensor, kFP8Block128x128, kNVFP4, kMXFP4
+  // true: w13 = [gate; up] with 2I rows (gated activations). false: w13 is w1 alone with I rows
+  // (non-gated activations such as ReLU^2); everything written "2I" below is then I.
+  bool gated = true;
 
   QuantizedTensor w13;  // values [E, 2I, H] (bf16/e4m3) or [E, 2I, H/2] (e2m1x2), scales per scheme
   QuantizedTensor w2;   // values [E, H, I] or [E, H, I/2]
@@ -30,7 +33,10 @@ struct MoeWeights {
   Tensor a2_scale;
 
   Device device() const { return w13.values.device(); }
-  void validate() const;  // shapes, dtypes, scale shapes vs quant scheme; throws moekit::Error
+  std::int64_t w13_rows() const { return gated ? 2 * intermediate_size : intermediate_size; }
+  // Shapes, dtypes, devices, scale shapes vs the quant scheme (infer_quant_shapes of [E, rows,
+  // K]); throws moekit::Error naming the tensor.
+  void validate() const;
 };
 
 // Router parameters when the layer computes its own logits: logits = x @ weight^T (+ bias).

@@ -32,7 +32,10 @@ struct QuantConfig {
   QuantScheme scheme = QuantScheme::kBF16;
   ScaleLayout layout = ScaleLayout::kLinear;  // block-scaled schemes only (MXFP8, NVFP4*, MXFP4)
   ScaleRule rule = ScaleRule::kRceil;         // MX schemes only
+  // "nvfp4/swizzled_128x4", "mxfp4/linear/floor", "fp8_1x128": the scheme, then the layout for
+  // block-scaled schemes, then the rule for MX schemes. parse_quant_config() reads it back.
   std::string str() const;
+  bool operator==(const QuantConfig&) const = default;
 };
 
 std::string_view scheme_name(QuantScheme s);  // "bf16", "fp8_tensor", "fp8_token", "fp8_1x128",
@@ -44,10 +47,15 @@ std::string_view rule_name(ScaleRule r);          // "rceil", "floor"
 ScaleRule parse_rule(std::string_view name);
 std::string_view backend_name(QuantBackend b);    // "reference", "cuda"
 QuantBackend parse_quant_backend(std::string_view name);
+// Inverse of QuantConfig::str(). Layout and rule may be omitted (linear, rceil) and come in any
+// order after the scheme; a part the scheme does not use is an error.
+QuantConfig parse_quant_config(std::string_view text);
 
 // Elements per scale along K for block-scaled schemes (16 NVFP4, 32 MX*, 128 FP8 block), 0 else.
 int scale_block_size(QuantScheme s);
 bool is_fp4(QuantScheme s);             // NVFP4, NVFP4PerToken, MXFP4
 bool has_block_scales(QuantScheme s);   // MXFP8, NVFP4*, MXFP4 (byte scales that can be swizzled)
+bool is_mx(QuantScheme s);              // MXFP8, MXFP4 (e8m0 scales, a ScaleRule applies)
+bool is_fp8(QuantScheme s);             // every scheme with e4m3 values
 
 }  // namespace moekit

@@ -1,0 +1,218 @@
+// Kernel-variant sweep for the W4A16 decode path (measurement only): each variant's GEMM1 and GEMM2
+// timed separately as CUDA-graph replays over 8 rotating routings (weights L2-cold), reported as
+// achieved weight bandwidth. Mode "profile" runs one layer per preset once (for ncu).
+// Usage: w4a16_variants [profile]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/gemm/sm90_w4a16_decode_gemm.cuh"
+#include "../../src/cuda/gemm/sm90_w4a16_grouped_gemm.cuh"
+#include "moekit/gemm/w4a16.hpp"
+
+using namespace moekit::gemm;
+using namespace moekit::gemm::sm90_w4a16;
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s failed: %s at %d\n", #x, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+__global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint32_t seed, int lo, int hi) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = hi > lo ? static_cast<std::uint8_t>(lo + x % (hi - lo + 1)) : static_cast<std::uint8_t>(x);
+  }
+}
+
+struct Problem {
+  int e, topk, m;
+  std::int64_t n, k;
+  int epi;
+  const char* name;
+};
+
+struct Setup {
+  std::uint8_t *w, *s;
+  __nv_bfloat16 *x, *out;
+  std::vector<std::int32_t*> offsets, row_index;
+  double distinct = 0;
+};
+
+Setup make_setup(const Problem& p, bool gather) {
+  Setup s;
+  const std::size_t wb = std::size_t(p.e) * p.n * p.k / 2;
+  CK(cudaMalloc(&s.w, wb));
+  CK(cudaMalloc(&s.s, wb / 8));
+  fill_random<<<4096, 256>>>(s.w, wb, 3, 0, 0);
+  fill_random<<<4096, 256>>>(s.s, wb / 8, 4, 0x20, 0x40);
+  const int rows = p.m * p.topk;
+  CK(cudaMalloc(&s.x, sizeof(__nv_bfloat16) * rows * p.k));
+  CK(cudaMemset(s.x, 0x3c, sizeof(__nv_bfloat16) * rows * p.k));
+  CK(cudaMalloc(&s.out, sizeof(__nv_bfloat16) * rows * p.n));
+  std::mt19937 rng(5);
+  for (int set = 0; set < 8; ++set) {
+    std::vector<int> ids(rows), perm(p.e);
+    for (int t = 0; t < p.m; ++t) {
+      for (int j = 0; j < p.e; ++j) perm[j] = j;
+      for (int j = 0; j < p.topk; ++j) {
+        std::swap(perm[j], perm[j + rng() % (p.e - j)]);
+        ids[t * p.topk + j] = perm[j];
+      }
+    }
+    std::vector<int> order(rows);
+    for (int r = 0; r < rows; ++r) order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+    std::vector<std::int32_t> off(p.e + 1, 0), ri(rows);
+    for (int r = 0; r < rows; ++r) {
+      off[ids[order[r]] + 1]++;
+      ri[r] = gather ? order[r] / p.topk : r;
+    }
+    for (int j = 0; j < p.e; ++j) s.distinct += off[j + 1] > 0;
+    for (int j = 0; j < p.e; ++j) off[j + 1] += off[j];
+    std::int32_t *d_off, *d_ri;
+    CK(cudaMalloc(&d_off, sizeof(std::int32_t) * (p.e + 1)));
+    CK(cudaMalloc(&d_ri, sizeof(std::int32_t) * rows));
+    CK(cudaMemcpy(d_off, off.data(), sizeof(std::int32_t) * (p.e + 1), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ri, ri.data(), sizeof(std::int32_t) * rows, cudaMemcpyHostToDevice));
+    s.offsets.push_back(d_off);
+    s.row_index.push_back(d_ri);
+  }
+  s.distinct /= 8;
+  CK(cudaDeviceSynchronize());
+  return s;
+}
+
+template <typename Cfg, bool kSkip>
+auto kernel_of(int epi) {
+  if constexpr (requires { Cfg::kWarpsM; }) {
+    return epi ? w4a16_grouped_gemm_kernel<Cfg, true, 1, kSkip>
+               : w4a16_grouped_gemm_kernel<Cfg, true, 0, kSkip>;
+  } else {
+    return epi ? w4a16_decode_gemm_kernel<Cfg, true, 1> : w4a16_decode_gemm_kernel<Cfg, true, 0>;
+  }
+}
+
+template <typename Cfg, bool kSkip>
+void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool all_units) {
+  Params params{};
+  params.expert_offsets = s.offsets[set];
+  params.a = s.x;
+  params.lda = p.k;
+  params.row_index = s.row_index[set];
+  params.w = s.w;
+  params.w_scales = s.s;
+  params.out = s.out;
+  params.ldo = p.epi ? p.n / 2 : p.n;
+  params.num_experts = p.e;
+  params.n = static_cast<int>(p.n);
+  params.k = static_cast<int>(p.k);
+  params.swiglu_alpha = 1.702f;
+  params.swiglu_limit = 7.0f;
+  const int smem = Cfg::smem_bytes(p.e);
+  auto kernel = kernel_of<Cfg, kSkip>(p.epi);
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
+  const int rows = p.m * p.topk;
+  const std::int64_t bound =
+      ((rows + Cfg::kTokens - 1) / Cfg::kTokens + std::min(p.e, rows)) * ((p.n + Cfg::kRows - 1) / Cfg::kRows);
+  const std::int64_t grid = all_units ? bound : std::min<std::int64_t>(bound, per_sm * 132);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
+  CK(cudaGetLastError());
+}
+
+template <typename Cfg, bool kSkip = false>
+void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t stream,
+             bool all_units = false) {
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
+  CK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
+  CK(cudaStreamEndCapture(stream, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int r = 0; r < 22; ++r) {
+    CK(cudaEventRecord(e0, stream));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaEventRecord(e1, stream));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    if (r >= 2) ms.push_back(t / 8);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double t = ms[ms.size() / 2] * 1e-3;
+  const double bytes = s.distinct * p.n * p.k * 0.5625;
+  int per_sm = 0;
+  auto kernel = kernel_of<Cfg, kSkip>(0);
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
+                                                   Cfg::smem_bytes(p.e)));
+  std::printf("%-22s %-26s %8.1f us %7.0f GB/s  (ctas/sm %d)\n", p.name, vname, t * 1e6,
+              bytes / t / 1e9, per_sm);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+}
+
+int main(int argc, char** argv) {
+  const bool profile = argc > 1 && std::string(argv[1]) == "profile";
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  const std::vector<Problem> problems = {
+      {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},  {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
+      {8, 2, 1, 28672, 4096, 1, "mixtral M1 gemm1"}, {8, 2, 1, 4096, 14336, 0, "mixtral M1 gemm2"},
+      {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"},  {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
+      {8, 2, 64, 28672, 4096, 1, "mixtral M64 gemm1"},
+  };
+  for (const Problem& p : problems) {
+    Setup s = make_setup(p, p.epi == 1);
+    if (profile) {
+      if (p.m == 1) {
+        launch<DecodeConfig<4, 1, 1, 4>, false>(p, s, 0, stream, false);
+        CK(cudaStreamSynchronize(stream));
+      }
+    } else {
+      measure<TileConfig<2, 1, 4, 1, 1, 8>>("v1 decode8 <2,1,4,1,1,8>", p, s, stream);
+      measure<TileConfig<2, 1, 4, 1, 1, 4>>("v1 <2,1,4,1,1,4>", p, s, stream);
+      measure<DecodeConfig<4, 1, 1, 4>>("v2 <4,1,1,4>", p, s, stream);
+      measure<DecodeConfig<4, 1, 1, 6>>("v2 <4,1,1,6>", p, s, stream);
+      measure<DecodeConfig<4, 1, 1, 4, 6>>("v2 <4,1,1,4> min6", p, s, stream);
+      measure<DecodeConfig<4, 1, 1, 4, 8>>("v2 <4,1,1,4> min8", p, s, stream);
+      measure<DecodeConfig<8, 1, 1, 4, 4>>("v2 <8,1,1,4> min4", p, s, stream);
+      measure<DecodeConfig<4, 2, 1, 4, 4>>("v2 <4,2,1,4> min4", p, s, stream);
+      measure<DecodeConfig<4, 1, 1, 8>>("v2 <4,1,1,8>", p, s, stream);
+      measure<DecodeConfig<4, 2, 1, 4>>("v2 <4,2,1,4>", p, s, stream);
+      measure<DecodeConfig<8, 1, 1, 4>>("v2 <8,1,1,4>", p, s, stream);
+      measure<DecodeConfig<2, 1, 1, 4>>("v2 <2,1,1,4>", p, s, stream);
+      measure<DecodeConfig<2, 2, 1, 4>>("v2 <2,2,1,4>", p, s, stream);
+      measure<DecodeConfig<4, 1, 2, 4>>("v2 <4,1,2,4> tok16", p, s, stream);
+      measure<DecodeConfig<2, 1, 2, 4>>("v2 <2,1,2,4> tok16", p, s, stream);
+    }
+    CK(cudaFree(s.w));
+    CK(cudaFree(s.s));
+    CK(cudaFree(s.x));
+    CK(cudaFree(s.out));
+    for (auto* q : s.offsets) CK(cudaFree(q));
+    for (auto* q : s.row_index) CK(cudaFree(q));
+  }
+  return 0;
+}

@@ -1,0 +1,78 @@
+// Grouped expert GEMMs on SM90 (kernel-level API: raw device pointers, row strides, a stream).
+//
+// One grouped GEMM multiplies, for every expert e, the rows [expert_offsets[e], expert_offsets[e+1])
+// of the activation matrix A by expert e's weight matrix:
+//     D[r, n] = sum_k A[r, k] * B[e, n, k]                  (bf16)
+//     D[r, n] = sum_kb (sum_{k in kb} qA[r, k] * qB[e, n, k]) * sA[r, kb] * sB[e, n/128, kb]
+//                                                           (fp8 e4m3, DeepSeek-V3 block scales)
+// A is row-major [R, K] (R = capacity rows), B is [E, N, K] (each expert's weight row-major, i.e.
+// K-major: the checkpoint layout of w13 [E, 2I, H] and w2 [E, H, I]), D row-major [R, N] bf16.
+// expert_offsets [E + 1] i32 lives on the device (the permutation's output); the launcher turns it
+// into per-expert problem sizes and pointers with a small device kernel, so nothing is read back to
+// the host: every call is asynchronous on `stream` and CUDA-graph capturable. Rows past
+// expert_offsets[E] are not touched. Empty experts are allowed.
+//
+// Workspace: the caller owns it (grouped_gemm_workspace_bytes); it holds the per-expert argument
+// arrays and the kernel's own scratch. It must not be shared by two launches in flight.
+//
+// Activation kernels between the two GEMMs (gated, "halves" layout: gate in columns [0, I), up in
+// [I, 2I)): silu_and_mul_bf16 writes bf16 [R, I]; silu_and_mul_quant_fp8_block writes e4m3 [R, I]
+// with 1x128 scales f32 [R, I/128] (s = max(amax, 1e-10) / 448, q = e4m3(x / s), formats.md 5),
+// the input of the fp8 GEMM2. Both compute in fp32 and touch only rows < *num_rows (device).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "moekit/core/tensor.hpp"
+
+namespace moekit::gemm {
+
+enum class GroupedGemmType : std::uint8_t {
+  kBF16,         // bf16 x bf16 -> f32 accumulate -> bf16
+  kFP8Block128,  // e4m3 x e4m3 with 1x128 activation / 128x128 weight fp32 scales -> bf16
+};
+std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
+
+// True when the kernels were compiled in (CUDA backend with CUTLASS headers).
+bool grouped_gemm_available(GroupedGemmType t);
+
+struct GroupedGemmArgs {
+  int num_experts = 0;                        // E (groups)
+  std::int64_t n = 0;                         // N: output columns (2I for GEMM1, H for GEMM2)
+  std::int64_t k = 0;                         // K: reduction (H for GEMM1, I for GEMM2)
+  std::int64_t max_rows = 0;                  // R: rows of the A / D buffers (capacity)
+  const std::int32_t* expert_offsets = nullptr;  // device [E + 1], offsets[0] = 0, nondecreasing,
+                                                 // offsets[E] <= R (trusted: not read on host)
+  const void* a = nullptr;                    // device [R, K] bf16 or e4m3, row stride lda
+  std::int64_t lda = 0;                       // elements; 0 = K
+  const void* b = nullptr;                    // device [E, N, K] bf16 or e4m3, contiguous
+  void* d = nullptr;                          // device [R, N] bf16, row stride ldd
+  std::int64_t ldd = 0;                       // elements; 0 = N
+  const float* a_scales = nullptr;            // fp8: device [R, K/128] f32 (decode scales)
+  const float* b_scales = nullptr;            // fp8: device [E, ceil(N/128), K/128] f32
+  void* workspace = nullptr;                  // device, grouped_gemm_workspace_bytes() bytes
+  std::size_t workspace_bytes = 0;
+  StreamHandle stream = nullptr;
+};
+
+// Bytes of workspace a launch with num_experts groups needs on the current device.
+std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts);
+
+// Validates (throws moekit::Error naming the argument: alignment K % 8 (bf16) / K % 128 (fp8),
+// N % 8, strides, null pointers, workspace size) and launches. Asynchronous.
+void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args);
+
+// gate_up: device bf16 [R, 2I] (row stride 2I); out: bf16 [R, I]. num_rows: device i32 scalar
+// (e.g. expert_offsets + E). I % 8 == 0.
+void silu_and_mul_bf16(const void* gate_up, void* out, std::int64_t max_rows,
+                       std::int64_t intermediate, const std::int32_t* num_rows,
+                       StreamHandle stream);
+
+// gate_up: device bf16 [R, 2I]; out_values: e4m3 [R, I]; out_scales: f32 [R, I/128]. I % 128 == 0.
+void silu_and_mul_quant_fp8_block(const void* gate_up, void* out_values, float* out_scales,
+                                  std::int64_t max_rows, std::int64_t intermediate,
+                                  const std::int32_t* num_rows, StreamHandle stream);
+
+}  // namespace moekit::gemm

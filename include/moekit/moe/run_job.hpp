@@ -1,0 +1,87 @@
+// The job behind `moekit run`: build a deterministic random layer (preset + weight quant + seed),
+// run it on a backend, check it against the independent float64 reference, and report.
+// With default options this is the embedded default job (preset "tiny", NVFP4 weights, 64
+// tokens, a fixed seed).
+//
+// Backends plug in at one place: run_backend_names() lists them in priority order (the first
+// available one is what "auto" picks) and run_layer_on_backend() dispatches by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moekit/core/tensor.hpp"
+#include "moekit/moe/layer_config.hpp"
+#include "moekit/moe/reference.hpp"
+#include "moekit/moe/weights.hpp"
+
+namespace moekit {
+
+inline constexpr std::uint64_t kDefaultRunSeed = 20260101;
+
+struct RunJobOptions {
+  std::string preset = "tiny";
+  std::string quant = "nvfp4";  // bf16 | fp8_tensor | fp8_block | nvfp4 | mxfp4 (+ "/layout")
+  std::int64_t tokens = 64;
+  std::uint64_t seed = kDefaultRunSeed;
+  std::string backend = "auto";
+  std::string mode = "w4a16";  // w4a16 | emulate
+  // Optional scale-down of the preset (0 = keep): see scaled_layer_config().
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  int num_experts = 0;
+};
+
+struct RunJobReport {
+  std::string layer;  // MoeLayerConfig::str()
+  std::string preset;
+  std::int64_t tokens = 0;
+  int num_experts = 0;
+  int top_k = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::string routing;
+  std::string activation;
+  std::string quant;
+  std::string mode;
+  std::string backend;  // the backend that ran (after resolving "auto")
+  std::uint64_t seed = 0;
+  int experts_touched = 0;
+  int threads = 0;
+  double setup_ms = 0;      // weights, router and inputs generation + quantization
+  double layer_ms = 0;      // the layer on the backend (routing included)
+  double reference_ms = 0;  // the float64 check
+  double max_abs_error = 0;
+  double relative_l2 = 0;
+  double output_rms = 0;
+  double bound = 0;  // relative L2 bound of the check
+  bool pass = false;
+  std::string text() const;  // human-readable, ends with a "PASS"/"FAIL" line
+  std::string json() const;  // one JSON object
+};
+
+// Backends run_job knows, in priority order ("reference" for now).
+std::vector<std::string> run_backend_names();
+// "auto" -> the best available backend; a known name -> itself; otherwise moekit::Error naming
+// the value and the valid ones.
+std::string resolve_run_backend(std::string_view requested);
+// Relative-L2 bound for a backend's output vs the float64 reference in a numeric mode.
+double run_error_bound(std::string_view backend, MoeNumerics numerics);
+
+// Everything a backend needs to run one layer.
+struct LayerRunInputs {
+  const MoeLayerConfig* config = nullptr;
+  const MoeWeights* weights = nullptr;  // host
+  TensorView hidden_states;             // [M, H] bf16, host
+  TensorView router_logits;             // [M, E] f32, host
+  TensorView correction_bias;           // [E] f32 or absent
+  MoeReferenceOptions options;
+};
+// Runs the layer on `backend` (a resolved name); out: [M, H] f32 host.
+void run_layer_on_backend(std::string_view backend, const LayerRunInputs& inputs, const TensorView& out);
+
+RunJobReport run_job(const RunJobOptions& options);
+
+}  // namespace moekit

@@ -1,0 +1,105 @@
+// MoE backends: the enum the oracle chooses from, device capabilities, and the registry through
+// which compiled-in implementations (CUDA experts) announce themselves.
+//
+// A CUDA experts implementation registers itself in its own .cpp/.cu (host code):
+//   MOEKIT_REGISTER_MOE_BACKEND(w4a16, Backend::kCudaW4A16Grouped, {
+//       .make_experts = [](const MoeProblem& p) { return std::make_unique<MyExperts>(p); },
+//       .make_prepare_finalize = [](const MoeProblem& p) { return make_my_cuda_no_ep_pf(p); }});
+// The oracle then treats the backend as compiled in and adds the experts' own supports() to the
+// backend's chain. Factories must be cheap (no device allocation): the oracle builds an instance
+// to ask supports().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moekit/framework/experts.hpp"
+#include "moekit/framework/prepare_finalize.hpp"
+#include "moekit/framework/problem.hpp"
+
+namespace moekit {
+
+enum class Backend : std::uint8_t {
+  kCpuReference,           // CPU, standard format (NoEP prepare/finalize + CPU experts)
+  kCpuBatched,             // CPU, batched format
+  kCpuMonolithic,          // CPU, routing + experts + reduce in one piece
+  kCudaBf16Grouped,        // SM90 bf16 grouped GEMM (W16A16)
+  kCudaFp8Grouped,         // SM90 fp8 e4m3 grouped GEMM, per-tensor / per-token scales
+  kCudaFp8BlockGrouped,    // SM90 fp8 grouped GEMM, DeepSeek 128x128 weights / 1x128 activations
+  kCudaW4A16Grouped,       // SM90 NVFP4/MXFP4 weights dequantized to bf16 in registers
+  kCudaW4A8Grouped,        // SM90 NVFP4/MXFP4 weights as e4m3 (exact), fp8 activations
+  kCudaBf16Batched,        // batched-format variants (EP low-latency dispatch, CUDA graphs)
+  kCudaFp8BlockBatched,
+  kCudaW4A16Batched,
+  kCudaW4A8Batched,
+  kCudaMonolithic,         // routing + experts + finalize fused (decode), standard format
+  kCutlassFp4Sm100,        // Blackwell-only W4A4 (FP4 tensor cores)
+  kTrtllmFp4Sm100,
+  kFlashinferCutedslSm100,
+  kFlashinferCutedslBatchedSm100,
+};
+
+std::string_view moe_backend_name(Backend b);     // "cpu_reference", "cuda_w4a16_grouped", ...
+std::optional<Backend> find_moe_backend(std::string_view name);  // case-insensitive
+Backend parse_moe_backend(std::string_view name);  // throws moekit::Error listing valid names
+const std::vector<Backend>& all_moe_backends();
+
+// Static facts about a backend (independent of the problem).
+struct BackendTraits {
+  Backend backend;
+  ActivationFormat format;
+  bool monolithic;
+  bool on_cuda;           // false: CPU
+  int min_sm;             // 0 for CPU; 90 or 100 for CUDA
+  const char* description;
+};
+const BackendTraits& backend_traits(Backend b);
+
+// What the oracle knows about the device: CPU, or a CUDA compute capability.
+struct DeviceCapabilities {
+  bool is_cuda = false;
+  int sm_major = 0;
+  int sm_minor = 0;
+  std::string name;  // "cpu", "NVIDIA H200", "sm_100 (assumed)"
+  int sm() const { return sm_major * 10 + sm_minor; }
+  std::string str() const;  // "cpu" or "sm_90"
+  static DeviceCapabilities cpu();
+  static DeviceCapabilities cuda_sm(int sm_major, int sm_minor, std::string name = {});
+  // "cpu", "sm90", "sm_90", "sm90a", "sm100", "sm_100a", ...; throws naming the accepted forms.
+  static DeviceCapabilities parse(std::string_view text);
+  // The first CUDA device when there is one (and the build has CUDA), else cpu().
+  static DeviceCapabilities detect();
+};
+
+// A compiled-in implementation of a backend.
+struct BackendRegistration {
+  std::function<std::unique_ptr<Experts>(const MoeProblem&)> make_experts;
+  // Optional: the PrepareFinalize matching the experts (device-side quantize/finalize). Absent:
+  // the backend can only be used with a caller-provided PrepareFinalize.
+  std::function<std::unique_ptr<PrepareFinalize>(const MoeProblem&)> make_prepare_finalize;
+};
+
+class BackendRegistry {
+ public:
+  static BackendRegistry& instance();
+  // Returns true (for static registration). A second registration of a backend replaces the first.
+  bool add(Backend backend, BackendRegistration registration);
+  void remove(Backend backend);  // tests
+  bool compiled_in(Backend backend) const;
+  const BackendRegistration* find(Backend backend) const;  // nullptr when not compiled in
+
+ private:
+  BackendRegistry();
+  std::vector<std::optional<BackendRegistration>> entries_;
+};
+
+}  // namespace moekit
+
+#define MOEKIT_REGISTER_MOE_BACKEND(ident, backend, ...)                 \
+  static const bool moekit_moe_backend_registered_##ident =              \
+      ::moekit::BackendRegistry::instance().add((backend), ::moekit::BackendRegistration __VA_ARGS__)

@@ -1,0 +1,294 @@
+// The CPU reference MoE layer (reference.hpp): validation, routing, permutation by expert,
+// per-expert dequantized fp32 GEMMs parallelized over (expert, token tile), and the combine.
+#include "moekit/moe/reference.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/moe/expert_slice.hpp"
+#include "cpu/moe/gemm_f32.hpp"
+#include "moe/host_convert.hpp"
+#include "moekit/activation/activation.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/core/parallel.hpp"
+#include "moekit/quant/quantize.hpp"
+#include "moekit/routing/routing.hpp"
+
+namespace moekit {
+
+namespace {
+
+// Tokens (permuted rows) per work item: small enough to spread a decode batch over the threads,
+// large enough that each weight row loaded is used several times.
+constexpr std::int64_t kTokenTile = 16;
+
+struct WorkItem {
+  int expert;
+  std::int64_t begin, end;  // permuted rows
+};
+
+void check_host_2d(const TensorView& t, const char* name, DType dtype, const Shape& shape) {
+  MOEKIT_CHECK_ARG(t.defined(), name, std::string(dtype_name(dtype)) + shape.str(), "absent");
+  MOEKIT_CHECK_ARG(t.dtype == dtype, std::string(name) + " dtype", dtype_name(dtype), dtype_name(t.dtype));
+  MOEKIT_CHECK_ARG(t.shape == shape, std::string(name) + " shape", shape.str(), t.shape.str());
+  MOEKIT_CHECK_ARG(t.device.is_host(), std::string(name) + " device", "host", t.device.str());
+  MOEKIT_CHECK_ARG(t.is_contiguous(), std::string(name) + " layout", "contiguous", "strided");
+}
+
+// The per-tensor static scale for an activation scheme, if the weights carry one: a [1] view of
+// a13_scale / a2_scale (after checking that all experts agree).
+TensorView static_activation_scale(const Tensor& scales, const QuantConfig& act, const char* name) {
+  if (!scales.defined()) return {};
+  if (act.scheme != QuantScheme::kNVFP4 && act.scheme != QuantScheme::kFP8PerTensor) return {};
+  const float* s = scales.ptr<const float>();
+  for (std::int64_t e = 1; e < scales.numel(); ++e) {
+    MOEKIT_CHECK_ARG(s[e] == s[0], std::string(name) + "[" + std::to_string(e) + "]",
+                     "equal to " + std::string(name) + "[0] = " + std::to_string(s[0]) +
+                         " (one activation scale for all experts)",
+                     s[e]);
+  }
+  return TensorView(const_cast<float*>(s), DType::kF32, Shape{1});
+}
+
+// Quantizes and dequantizes data [rows, cols] in place.
+void fake_quantize(float* data, std::int64_t rows, std::int64_t cols, const QuantConfig& act,
+                   const TensorView& static_scale) {
+  if (rows == 0) return;
+  const TensorView x(data, DType::kF32, Shape{rows, cols});
+  const QuantizedTensor q = quantize(x, act, static_scale);
+  dequantize(q.view(), x);
+}
+
+}  // namespace
+
+std::string_view numerics_name(MoeNumerics n) {
+  return n == MoeNumerics::kWeightOnly ? "w4a16" : "emulate";
+}
+
+MoeNumerics parse_numerics(std::string_view name) {
+  if (name == "w4a16") return MoeNumerics::kWeightOnly;
+  if (name == "emulate") return MoeNumerics::kEmulateActivationQuant;
+  throw_arg_error("parse_numerics", "mode", "one of w4a16|emulate", std::string(name));
+}
+
+QuantConfig default_activation_quant(QuantScheme weight_scheme) {
+  QuantConfig c;
+  switch (weight_scheme) {
+    case QuantScheme::kNVFP4:
+    case QuantScheme::kNVFP4PerToken: c.scheme = QuantScheme::kNVFP4; break;
+    case QuantScheme::kMXFP4: c.scheme = QuantScheme::kMXFP8; break;
+    case QuantScheme::kFP8Block128x128:
+    case QuantScheme::kFP8Block1x128: c.scheme = QuantScheme::kFP8Block1x128; break;
+    case QuantScheme::kFP8PerTensor: c.scheme = QuantScheme::kFP8PerTensor; break;
+    case QuantScheme::kFP8PerToken: c.scheme = QuantScheme::kFP8PerToken; break;
+    case QuantScheme::kMXFP8: c.scheme = QuantScheme::kMXFP8; break;
+    case QuantScheme::kBF16: c.scheme = QuantScheme::kBF16; break;
+  }
+  return c;
+}
+
+void check_layer_matches_weights(const MoeLayerConfig& config, const MoeWeights& weights) {
+  MOEKIT_CHECK_ARG(weights.num_experts == config.num_experts, "weights.num_experts",
+                   config.num_experts, weights.num_experts);
+  MOEKIT_CHECK_ARG(weights.hidden_size == config.hidden_size, "weights.hidden_size",
+                   config.hidden_size, weights.hidden_size);
+  MOEKIT_CHECK_ARG(weights.intermediate_size == config.intermediate_size,
+                   "weights.intermediate_size", config.intermediate_size, weights.intermediate_size);
+  const bool gated = is_gated(config.activation.kind);
+  MOEKIT_CHECK_ARG(weights.gated == gated, "weights.gated",
+                   std::string(gated ? "true" : "false") + " for activation " +
+                       std::string(activation_name(config.activation.kind)),
+                   weights.gated ? "true" : "false");
+  if (config.has_bias) {
+    MOEKIT_CHECK_ARG(weights.w13_bias.defined() && weights.w2_bias.defined(),
+                     "weights.w13_bias/w2_bias", "present (config.has_bias)", "absent");
+  }
+}
+
+Tensor router_logits_reference(const TensorView& hidden_states, const RouterWeights& router) {
+  detail::check_host_matrix_f32_or_bf16(hidden_states, "router_logits_reference", "hidden_states");
+  MOEKIT_CHECK_ARG(router.weight.defined() && router.weight.shape().rank() == 2, "router.weight",
+                   "an [E, H] tensor", router.weight.view().str());
+  const std::int64_t m = hidden_states.size(0), h = hidden_states.size(1);
+  const std::int64_t e = router.weight.shape()[0];
+  detail::check_host_matrix_f32_or_bf16(router.weight, "router_logits_reference", "router.weight");
+  MOEKIT_CHECK_ARG(router.weight.shape()[1] == h, "router.weight.shape[1]", h, router.weight.shape()[1]);
+  if (router.bias.defined()) check_host_2d(router.bias.view(), "router.bias", DType::kF32, Shape{e});
+  Tensor logits(DType::kF32, Shape{m, e});
+  std::vector<float> w(static_cast<std::size_t>(e * h));
+  detail::load_f32(router.weight, 0, e * h, w.data());
+  parallel_for(m, 16, [&](std::int64_t b, std::int64_t end) {
+    std::vector<float> x(static_cast<std::size_t>((end - b) * h));
+    detail::load_f32(hidden_states, b * h, (end - b) * h, x.data());
+    std::vector<const float*> rows;
+    for (std::int64_t r = 0; r < end - b; ++r) rows.push_back(x.data() + r * h);
+    float* c = logits.ptr<float>() + b * e;
+    cpu::gemm_rows_nt(rows.data(), end - b, w.data(), e, h, c, e);
+    if (router.bias.defined()) {
+      const float* bias = router.bias.ptr<const float>();
+      for (std::int64_t r = 0; r < end - b; ++r)
+        for (std::int64_t j = 0; j < e; ++j) c[r * e + j] += bias[j];
+    }
+  });
+  return logits;
+}
+
+void moe_reference(const TensorView& hidden_states, const TensorView& router_logits,
+                   const TensorView& correction_bias, const MoeLayerConfig& config,
+                   const MoeWeights& weights, const TensorView& out,
+                   const MoeReferenceOptions& options) {
+  config.validate();
+  detail::check_host_matrix_f32_or_bf16(hidden_states, "moe_reference", "hidden_states");
+  detail::check_host_matrix_f32_or_bf16(router_logits, "moe_reference", "router_logits");
+  MOEKIT_CHECK_ARG(router_logits.size(0) == hidden_states.size(0), "router_logits.shape[0]",
+                   hidden_states.size(0), router_logits.size(0));
+  MOEKIT_CHECK_ARG(router_logits.size(1) == config.num_experts, "router_logits.shape[1]",
+                   config.num_experts, router_logits.size(1));
+  const RoutingResult r = route_reference(router_logits, correction_bias, config.routing);
+  moe_reference_routed(hidden_states, r.topk_ids, r.topk_weights, config, weights, out, options);
+}
+
+void moe_reference_routed(const TensorView& hidden_states, const TensorView& topk_ids,
+                          const TensorView& topk_weights, const MoeLayerConfig& config,
+                          const MoeWeights& weights, const TensorView& out,
+                          const MoeReferenceOptions& options) {
+  config.validate();
+  weights.validate();
+  check_layer_matches_weights(config, weights);
+  MOEKIT_CHECK_ARG(weights.device().is_host(), "weights device", "host", weights.device().str());
+  detail::check_host_matrix_f32_or_bf16(hidden_states, "moe_reference_routed", "hidden_states");
+  const std::int64_t m = hidden_states.size(0), h = config.hidden_size;
+  const std::int64_t inter = config.intermediate_size;
+  const int k = config.top_k(), num_experts = config.num_experts;
+  MOEKIT_CHECK_ARG(hidden_states.size(1) == h, "hidden_states.shape[1]", h, hidden_states.size(1));
+  check_host_2d(topk_ids, "topk_ids", DType::kI32, Shape{m, k});
+  check_host_2d(topk_weights, "topk_weights", DType::kF32, Shape{m, k});
+  check_host_2d(out, "out", DType::kF32, Shape{m, h});
+  const std::int32_t* ids = topk_ids.ptr<const std::int32_t>();
+  const std::int64_t slots = m * k;
+  for (std::int64_t s = 0; s < slots; ++s) {
+    MOEKIT_CHECK_ARG(ids[s] >= 0 && ids[s] < num_experts,
+                     "topk_ids[" + std::to_string(s / k) + ", " + std::to_string(s % k) + "]",
+                     "in [0, " + std::to_string(num_experts) + ")", ids[s]);
+  }
+  const bool emulate = options.numerics == MoeNumerics::kEmulateActivationQuant;
+  const QuantConfig act = options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
+  const TensorView a13 = emulate ? static_activation_scale(weights.a13_scale, act, "a13_scale") : TensorView{};
+  const TensorView a2 = emulate ? static_activation_scale(weights.a2_scale, act, "a2_scale") : TensorView{};
+  if (m == 0) return;
+
+  const float* slot_weight = topk_weights.ptr<const float>();
+  const bool weight_on_input = routing_weight_on_input(config.routing.method);
+
+  // GEMM1 input: x [M, H], or for weight-on-input routing the scaled copies [M*k, H].
+  std::vector<float> a1(static_cast<std::size_t>((weight_on_input ? slots : m) * h));
+  detail::load_f32(hidden_states, 0, m * h, a1.data());
+  if (weight_on_input) {
+    for (std::int64_t s = slots - 1; s >= 0; --s) {  // back to front: row s >= row s / k
+      const float* src = a1.data() + (s / k) * h;
+      float* dst = a1.data() + s * h;
+      const float w = slot_weight[s];
+      for (std::int64_t c = 0; c < h; ++c) dst[c] = src[c] * w;
+    }
+  }
+  if (emulate) fake_quantize(a1.data(), weight_on_input ? slots : m, h, act, a13);
+  auto a1_row = [&](std::int64_t slot) {
+    return a1.data() + (weight_on_input ? slot : slot / k) * h;
+  };
+
+  // Permutation: rows grouped by expert, in (token, slot) order within an expert.
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(num_experts) + 1, 0);
+  for (std::int64_t s = 0; s < slots; ++s) offsets[static_cast<std::size_t>(ids[s]) + 1]++;
+  for (int e = 0; e < num_experts; ++e) offsets[e + 1] += offsets[e];
+  std::vector<std::int64_t> perm_slot(static_cast<std::size_t>(slots));
+  {
+    std::vector<std::int64_t> fill(offsets.begin(), offsets.end() - 1);
+    for (std::int64_t s = 0; s < slots; ++s) perm_slot[static_cast<std::size_t>(fill[ids[s]]++)] = s;
+  }
+
+  // Dequantize the experts that received tokens, once.
+  const std::int64_t w13_rows = weights.w13_rows();
+  std::vector<int> touched;
+  for (int e = 0; e < num_experts; ++e)
+    if (offsets[e + 1] > offsets[e]) touched.push_back(e);
+  std::vector<std::vector<float>> w13(static_cast<std::size_t>(num_experts));
+  std::vector<std::vector<float>> w2(static_cast<std::size_t>(num_experts));
+  parallel_for(static_cast<std::int64_t>(touched.size()), 1, [&](std::int64_t b, std::int64_t end) {
+    for (std::int64_t t = b; t < end; ++t) {
+      const int e = touched[static_cast<std::size_t>(t)];
+      w13[e].resize(static_cast<std::size_t>(w13_rows * h));
+      w2[e].resize(static_cast<std::size_t>(h * inter));
+      cpu::dequantize_expert(weights.w13, e, w13[e].data());
+      cpu::dequantize_expert(weights.w2, e, w2[e].data());
+    }
+  });
+
+  std::vector<WorkItem> items;
+  for (int e : touched)
+    for (std::int64_t b = offsets[e]; b < offsets[e + 1]; b += kTokenTile)
+      items.push_back({e, b, std::min(offsets[e + 1], b + kTokenTile)});
+  const auto num_items = static_cast<std::int64_t>(items.size());
+
+  // Phase 1: GEMM1 (+ bias) and the activation, into the permuted intermediate [M*k, I].
+  std::vector<float> intermediate(static_cast<std::size_t>(slots * inter));
+  parallel_for(num_items, 1, [&](std::int64_t b, std::int64_t end) {
+    std::vector<float> c1(static_cast<std::size_t>(kTokenTile * w13_rows));
+    const float* rows[kTokenTile];
+    for (std::int64_t it = b; it < end; ++it) {
+      const WorkItem& w = items[static_cast<std::size_t>(it)];
+      const std::int64_t n = w.end - w.begin;
+      for (std::int64_t r = 0; r < n; ++r) rows[r] = a1_row(perm_slot[w.begin + r]);
+      cpu::gemm_rows_nt(rows, n, w13[w.expert].data(), w13_rows, h, c1.data(), w13_rows);
+      if (weights.w13_bias.defined()) {
+        const float* bias = weights.w13_bias.ptr<const float>() + w.expert * w13_rows;
+        for (std::int64_t r = 0; r < n; ++r)
+          for (std::int64_t c = 0; c < w13_rows; ++c) c1[r * w13_rows + c] += bias[c];
+      }
+      activation_reference_rows(c1.data(), n, inter, config.activation,
+                                intermediate.data() + w.begin * inter);
+    }
+  });
+  if (emulate) fake_quantize(intermediate.data(), slots, inter, act, a2);
+
+  // Phase 2: GEMM2 (+ bias) into per-slot expert outputs [M*k, H].
+  std::vector<float> expert_out(static_cast<std::size_t>(slots * h));
+  parallel_for(num_items, 1, [&](std::int64_t b, std::int64_t end) {
+    std::vector<float> c2(static_cast<std::size_t>(kTokenTile * h));
+    const float* rows[kTokenTile];
+    for (std::int64_t it = b; it < end; ++it) {
+      const WorkItem& w = items[static_cast<std::size_t>(it)];
+      const std::int64_t n = w.end - w.begin;
+      for (std::int64_t r = 0; r < n; ++r) rows[r] = intermediate.data() + (w.begin + r) * inter;
+      cpu::gemm_rows_nt(rows, n, w2[w.expert].data(), h, inter, c2.data(), h);
+      const float* bias =
+          weights.w2_bias.defined() ? weights.w2_bias.ptr<const float>() + w.expert * h : nullptr;
+      for (std::int64_t r = 0; r < n; ++r) {
+        float* dst = expert_out.data() + perm_slot[w.begin + r] * h;
+        const float* src = c2.data() + r * h;
+        if (bias) {
+          for (std::int64_t c = 0; c < h; ++c) dst[c] = src[c] + bias[c];
+        } else {
+          std::memcpy(dst, src, static_cast<std::size_t>(h) * sizeof(float));
+        }
+      }
+    }
+  });
+
+  // Phase 3: weight and sum over the k slots, in slot order.
+  float* y = out.ptr<float>();
+  parallel_for(m, 16, [&](std::int64_t b, std::int64_t end) {
+    for (std::int64_t t = b; t < end; ++t) {
+      float* dst = y + t * h;
+      std::fill(dst, dst + h, 0.0f);
+      for (int j = 0; j < k; ++j) {
+        const float w = weight_on_input ? 1.0f : slot_weight[t * k + j];
+        const float* src = expert_out.data() + (t * k + j) * h;
+        for (std::int64_t c = 0; c < h; ++c) dst[c] += w * src[c];
+      }
+    }
+  });
+}
+
+}  // namespace moekit

@@ -1,0 +1,38 @@
+// Internal: `moekit bench` (tools/cli/bench.cpp parses the options and calls run_bench).
+// One run measures the ceilings, then for each preset x scheme x token count: the cuBLAS bf16
+// per-expert baseline and the moekit experts (any backend by name) in CUDA graphs with L2-cold
+// weights; prints a table and optionally writes JSON. Methodology: docs/performance.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moekit/framework/experts.hpp"
+
+namespace moekit::bench {
+
+struct BenchOptions {
+  std::vector<std::string> presets{"deepseek-v3", "mixtral-8x7b"};
+  std::vector<std::string> quants{"bf16", "fp8_block"};
+  std::vector<std::int64_t> tokens{1, 8, 64, 512, 4096};
+  std::string backend;    // experts backend name; empty = the default for each scheme
+  std::string json_path;  // empty = no JSON
+  int reps = 30;          // timed replays per measurement (median reported)
+  std::uint64_t seed = 1;
+  bool baseline = true;
+  std::string command_prefix = "moekit bench";  // how rows' reproduce commands begin
+};
+
+// Experts backends the harness can run, by name. Built in: cuda_bf16_grouped,
+// cuda_fp8_block_grouped. Other backends (e.g. W4A16) add themselves with register_experts.
+using ExpertsFactory = std::function<std::unique_ptr<ModularExperts>(const MoeProblem&)>;
+bool register_experts(const std::string& name, ExpertsFactory factory);
+std::vector<std::string> experts_names();
+
+// Throws moekit::Error when there is no CUDA device (with a message that says so).
+void run_bench(const BenchOptions& options);
+
+}  // namespace moekit::bench

@@ -1,0 +1,248 @@
+// GroupedGemmExperts: supports / workspace_shapes / prepare_weights / apply for the bf16 and fp8
+// block grouped-GEMM experts (see bf16_experts.hpp for the pipeline).
+#include "cuda/experts/bf16_experts.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "core/device_runtime.hpp"
+#include "moekit/core/error.hpp"
+
+namespace moekit::cuda {
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+bool is_fp8(gemm::GroupedGemmType t) { return t == gemm::GroupedGemmType::kFP8Block128; }
+
+// Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's output).
+struct Layout13 {
+  std::size_t offsets, sorted_ids, permuted_row, a, a_scales, act, act_scales, out2, gemm_ws,
+      total;
+};
+
+Layout13 layout13(gemm::GroupedGemmType t, int e, std::int64_t rows, std::int64_t h,
+                  std::int64_t i) {
+  const std::size_t r = static_cast<std::size_t>(rows);
+  const std::size_t elem = is_fp8(t) ? 1 : 2;
+  Layout13 l{};
+  std::size_t p = 0;
+  l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
+  l.sorted_ids = p, p += up(r * 4);
+  l.permuted_row = p, p += up(r * 4);
+  l.a = p, p += up(r * static_cast<std::size_t>(h) * elem);
+  l.a_scales = p, p += is_fp8(t) ? up(r * static_cast<std::size_t>(h / 128) * 4) : 0;
+  l.act = p, p += up(r * static_cast<std::size_t>(i) * elem);
+  l.act_scales = p, p += is_fp8(t) ? up(r * static_cast<std::size_t>(i / 128) * 4) : 0;
+  l.out2 = p, p += up(r * static_cast<std::size_t>(h) * 2);
+  l.gemm_ws = p, p += up(gemm::grouped_gemm_workspace_bytes(t, e));
+  l.total = p;
+  return l;
+}
+
+char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
+
+}  // namespace
+
+struct GroupedGemmExperts::State {
+  MoeProblem problem;
+  Tensor w13_owned, w2_owned, w13_scales_owned, w2_scales_owned;
+  const void* w13 = nullptr;  // [E, 2I, H]
+  const void* w2 = nullptr;   // [E, H, I]
+  const float* w13_scales = nullptr;  // fp8: [E, 2I/128, H/128]
+  const float* w2_scales = nullptr;   // fp8: [E, H/128, I/128]
+  bool prepared = false;
+};
+
+GroupedGemmExperts::GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type)
+    : type_(type), state_(std::make_unique<State>()) {
+  state_->problem = problem;
+}
+
+GroupedGemmExperts::~GroupedGemmExperts() = default;
+
+std::string GroupedGemmExperts::name() const {
+  return is_fp8(type_) ? "cuda_fp8_block_grouped" : "cuda_bf16_grouped";
+}
+
+Support GroupedGemmExperts::supports(const MoeProblem& p) const {
+  const bool fp8 = is_fp8(type_);
+  if (!gemm::grouped_gemm_available(type_))
+    return Support::no(name() + ": built without the CUTLASS headers");
+  try {
+    if (device_runtime::device_count() == 0) return Support::no(name() + ": no CUDA device");
+    const auto info = device_runtime::device_info(0);
+    if (info.sm_major != 9)
+      return Support::no(name() + ": needs SM90 (wgmma/TMA), device is sm_" +
+                         std::to_string(info.sm_major * 10 + info.sm_minor));
+  } catch (const std::exception& e) {
+    return Support::no(name() + ": device query failed: " + e.what());
+  }
+  const auto want_w = fp8 ? QuantScheme::kFP8Block128x128 : QuantScheme::kBF16;
+  const auto want_a = fp8 ? QuantScheme::kFP8Block1x128 : QuantScheme::kBF16;
+  if (p.weight_quant.scheme != want_w)
+    return Support::no(name() + ": weight quant must be " + std::string(scheme_name(want_w)) +
+                       ", got " + std::string(scheme_name(p.weight_quant.scheme)));
+  if (p.activation_quant.scheme != want_a)
+    return Support::no(name() + ": activation quant must be " + std::string(scheme_name(want_a)) +
+                       ", got " + std::string(scheme_name(p.activation_quant.scheme)));
+  if (p.activation_dtype != DType::kBF16)
+    return Support::no(name() + ": activation dtype must be bf16");
+  if (p.layer.activation.kind != Activation::kSiluAndMul ||
+      p.layer.activation.layout != GateUpLayout::kHalves)
+    return Support::no(name() + ": only SiLU-and-mul with gate/up halves, got " +
+                       p.layer.activation.str());
+  if (p.layer.has_bias) return Support::no(name() + ": expert biases are not supported");
+  if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() || p.parallel.low_latency_dispatch)
+    return Support::no(name() + ": single-rank standard format only (no expert map)");
+  const int e = p.layer.num_experts;
+  if (e < 1 || e > detail::kMaxPermuteExperts)
+    return Support::no(name() + ": experts must be in [1, " +
+                       std::to_string(detail::kMaxPermuteExperts) + "], got " + std::to_string(e));
+  const std::int64_t align = fp8 ? 128 : 8;
+  if (p.layer.hidden_size % align != 0 || p.layer.intermediate_size % align != 0)
+    return Support::no(name() + ": hidden and intermediate sizes must be multiples of " +
+                       std::to_string(align));
+  if (p.num_tokens * p.layer.routing.top_k >= (1ll << 31))
+    return Support::no(name() + ": tokens * top_k must be below 2^31");
+  return Support::yes();
+}
+
+Experts::WorkspaceShapes GroupedGemmExperts::workspace_shapes(const MoeProblem& p) const {
+  const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
+  const auto l = layout13(type_, p.layer.num_experts, rows, p.layer.hidden_size,
+                          p.layer.intermediate_size);
+  WorkspaceShapes w;
+  w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(l.total)}};
+  w.workspace2 = {DType::kBF16, Shape{rows, 2 * p.layer.intermediate_size}};
+  w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
+  return w;
+}
+
+void GroupedGemmExperts::prepare_weights(const MoeProblem& p, const MoeWeights& w,
+                                         StreamHandle stream) {
+  (void)stream;
+  const bool fp8 = is_fp8(type_);
+  const std::int64_t e = p.layer.num_experts, h = p.layer.hidden_size,
+                     i = p.layer.intermediate_size;
+  const DType vt = fp8 ? DType::kE4M3 : DType::kBF16;
+  const Shape s13{e, 2 * i, h}, s2{e, h, i};
+  MOEKIT_CHECK_ARG(w.w13.values.dtype() == vt && w.w13.values.shape() == s13, "weights.w13.values",
+                   std::string(dtype_name(vt)) + s13.str(), w.w13.values.view().str());
+  MOEKIT_CHECK_ARG(w.w2.values.dtype() == vt && w.w2.values.shape() == s2, "weights.w2.values",
+                   std::string(dtype_name(vt)) + s2.str(), w.w2.values.view().str());
+  State& st = *state_;
+  st.problem = p;
+  auto keep = [](const Tensor& t, Tensor& owned) -> const void* {
+    MOEKIT_CHECK_ARG(t.view().is_contiguous(), "weights", "contiguous tensors", t.view().str());
+    if (t.device().is_cuda()) return t.data();  // used in place: must outlive the experts
+    owned = Tensor(t.dtype(), t.shape(), Device::cuda(0));
+    copy(owned, t);
+    return owned.data();
+  };
+  st.w13 = keep(w.w13.values, st.w13_owned);
+  st.w2 = keep(w.w2.values, st.w2_owned);
+  if (fp8) {
+    const Shape ss13{e, (2 * i + 127) / 128, h / 128}, ss2{e, (h + 127) / 128, i / 128};
+    MOEKIT_CHECK_ARG(w.w13.scales.dtype() == DType::kF32 && w.w13.scales.shape() == ss13,
+                     "weights.w13.scales", "f32" + ss13.str(), w.w13.scales.view().str());
+    MOEKIT_CHECK_ARG(w.w2.scales.dtype() == DType::kF32 && w.w2.scales.shape() == ss2,
+                     "weights.w2.scales", "f32" + ss2.str(), w.w2.scales.view().str());
+    st.w13_scales = static_cast<const float*>(keep(w.w13.scales, st.w13_scales_owned));
+    st.w2_scales = static_cast<const float*>(keep(w.w2.scales, st.w2_scales_owned));
+  }
+  st.prepared = true;
+}
+
+void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView& output,
+                               const TensorView& workspace13, const TensorView& workspace2,
+                               StreamHandle stream) {
+  State& st = *state_;
+  MOEKIT_CHECK(st.prepared, name(), ": apply() before prepare_weights()");
+  const bool fp8 = is_fp8(type_);
+  const MoeProblem& p = st.problem;
+  const int e = p.layer.num_experts, k = p.layer.routing.top_k;
+  const std::int64_t h = p.layer.hidden_size, i = p.layer.intermediate_size;
+  const std::int64_t m = in.num_tokens, rows = m * k;
+  MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
+                   activation_format_name(in.format));
+  MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
+                   ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+  const DType vt = fp8 ? DType::kE4M3 : DType::kBF16;
+  MOEKIT_CHECK_ARG(in.a1q.values.dtype == vt && in.a1q.values.numel() >= m * h, "in.a1q.values",
+                   std::string(dtype_name(vt)) + " [M, H]", in.a1q.values.str());
+  if (fp8)
+    MOEKIT_CHECK_ARG(in.a1q.scales.dtype == DType::kF32 && in.a1q.scales.numel() >= m * (h / 128),
+                     "in.a1q.scales", "f32 [M, H/128] (1x128 groups)", in.a1q.scales.str());
+  MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows, "in.topk_ids",
+                   "i32 [M, k]", in.topk_ids.str());
+  MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
+                   "bf16 [M, H]", output.str());
+  const auto l = layout13(type_, e, rows, h, i);
+  MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
+                   ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
+  MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * 2 * i) * 2,
+                   "workspace2", "bf16 [M*k, 2I]", workspace2.str());
+  if (m == 0) return;
+
+  auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
+  auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
+  auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
+  const std::int32_t* used_rows = offsets + e;
+  detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
+                            stream);
+  const std::int64_t elem = fp8 ? 1 : 2;
+  detail::gather_rows(in.a1q.values.data, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a),
+                      stream);
+  if (fp8)
+    detail::gather_rows(in.a1q.scales.data, (h / 128) * 4, sorted, k, rows, used_rows,
+                        at(workspace13, l.a_scales), stream);
+
+  gemm::GroupedGemmArgs g1;
+  g1.num_experts = e;
+  g1.n = 2 * i;
+  g1.k = h;
+  g1.max_rows = rows;
+  g1.expert_offsets = offsets;
+  g1.a = at(workspace13, l.a);
+  g1.b = st.w13;
+  g1.d = workspace2.data;
+  g1.a_scales = fp8 ? reinterpret_cast<const float*>(at(workspace13, l.a_scales)) : nullptr;
+  g1.b_scales = st.w13_scales;
+  g1.workspace = at(workspace13, l.gemm_ws);
+  g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
+  g1.stream = stream;
+  gemm::grouped_gemm(type_, g1);
+
+  if (fp8) {
+    gemm::silu_and_mul_quant_fp8_block(workspace2.data, at(workspace13, l.act),
+                                       reinterpret_cast<float*>(at(workspace13, l.act_scales)),
+                                       rows, i, used_rows, stream);
+  } else {
+    gemm::silu_and_mul_bf16(workspace2.data, at(workspace13, l.act), rows, i, used_rows, stream);
+  }
+
+  gemm::GroupedGemmArgs g2 = g1;
+  g2.n = h;
+  g2.k = i;
+  g2.a = at(workspace13, l.act);
+  g2.b = st.w2;
+  g2.d = at(workspace13, l.out2);
+  g2.a_scales = fp8 ? reinterpret_cast<const float*>(at(workspace13, l.act_scales)) : nullptr;
+  g2.b_scales = st.w2_scales;
+  gemm::grouped_gemm(type_, g2);
+
+  // Llama4 applies the router weight on the input: the prepare already folded it in.
+  const bool weights_on_input = p.layer.routing.method == RoutingMethod::kLlama4;
+  detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
+                               weights_on_input ? nullptr : in.topk_weights.ptr<const float>(), m,
+                               k, h, output.data, stream);
+}
+
+std::unique_ptr<ModularExperts> make_bf16_grouped_experts(const MoeProblem& problem) {
+  return std::make_unique<GroupedGemmExperts>(problem, gemm::GroupedGemmType::kBF16);
+}
+
+}  // namespace moekit::cuda

@@ -1,0 +1,68 @@
+// CUDA Experts backends built on the SM90 grouped GEMMs (moekit/gemm/grouped_gemm.hpp):
+//   cuda_bf16_grouped       W16A16: bf16 weights and activations
+//   cuda_fp8_block_grouped  W8A8 e4m3, DeepSeek-V3 scales (weights 128x128, activations 1x128)
+// Standard activation format, modular, ReducePolicy::kAlreadyReduced. apply() runs, all on the
+// stream and graph-capturable (no host sync, no allocation):
+//   permute (expert_offsets, sorted_ids, permuted_row from topk_ids; the order of permute.hpp)
+//   -> gather rows (+ their 1x128 scales) -> GEMM1 [R, 2I] -> SiLU-and-mul (+ fp8 quantize)
+//   -> GEMM2 [R, H] -> weighted top-k sum into [M, H] bf16 (unpermute_reduce's exact arithmetic).
+// The permute helpers are exposed for the benchmark and tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "moekit/framework/experts.hpp"
+#include "moekit/gemm/grouped_gemm.hpp"
+
+namespace moekit::cuda {
+
+std::unique_ptr<ModularExperts> make_bf16_grouped_experts(const MoeProblem& problem);
+std::unique_ptr<ModularExperts> make_fp8_block_grouped_experts(const MoeProblem& problem);
+
+// Implementation shared by both backends (they differ in dtypes, scales and the act kernel).
+class GroupedGemmExperts : public ModularExperts {
+ public:
+  GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type);
+  ~GroupedGemmExperts() override;
+  std::string name() const override;
+  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  Device device() const override { return Device::cuda(0); }
+  Support supports(const MoeProblem& problem) const override;
+  WorkspaceShapes workspace_shapes(const MoeProblem& problem) const override;
+  void prepare_weights(const MoeProblem& problem, const MoeWeights& weights,
+                       StreamHandle stream = nullptr) override;
+  ReducePolicy reduce_policy() const override { return ReducePolicy::kAlreadyReduced; }
+  void apply(const DispatchedActivations& in, const TensorView& output,
+             const TensorView& workspace13, const TensorView& workspace2,
+             StreamHandle stream = nullptr) override;
+
+ private:
+  struct State;
+  gemm::GroupedGemmType type_;
+  std::unique_ptr<State> state_;
+};
+
+namespace detail {
+
+// Largest expert count the permute kernel's shared-memory tables hold.
+constexpr int kMaxPermuteExperts = 512;
+
+// topk_ids [M, k] i32 (device) -> expert_offsets [E+1], sorted_ids [>= M*k] (rows < offsets[E]
+// written), permuted_row [M, k] (-1 for ids outside [0, E)). One block; deterministic.
+void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignments, int num_experts,
+                       std::int32_t* expert_offsets, std::int32_t* sorted_ids,
+                       std::int32_t* permuted_row, StreamHandle stream);
+
+// out[r, :] = src[sorted_ids[r] / top_k, :] for r < *num_rows (row_bytes % 16 == 0).
+void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,
+                 int top_k, std::int64_t max_rows, const std::int32_t* num_rows, void* out,
+                 StreamHandle stream);
+
+// out[t, :] (bf16 [M, H]) = sum_j RN(w[t,j] * expert_out[permuted_row[t,j], :]) in slot order.
+void weighted_reduce_bf16(const void* expert_out, const std::int32_t* permuted_row,
+                          const float* topk_weights, std::int64_t num_tokens, int top_k,
+                          std::int64_t hidden, void* out, StreamHandle stream);
+
+}  // namespace detail
+}  // namespace moekit::cuda

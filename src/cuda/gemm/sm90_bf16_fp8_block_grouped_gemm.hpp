@@ -1,0 +1,25 @@
+// Internal: the CUTLASS-backed launchers behind moekit::gemm::grouped_gemm (one TU each:
+// sm90_bf16_grouped_gemm_cutlass.cu, sm90_fp8_block_grouped_gemm_cutlass.cu). Arguments arrive
+// validated; they only carve the workspace, build the per-expert arguments on the device and
+// launch. Compiled only with MOEKIT_WITH_CUTLASS.
+#pragma once
+
+#include <cstddef>
+
+#include "moekit/gemm/grouped_gemm.hpp"
+
+namespace moekit::gemm::detail {
+
+std::size_t bf16_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_grouped_gemm_run(const GroupedGemmArgs& args);
+
+std::size_t fp8_block_grouped_gemm_workspace_bytes(int num_experts);
+void fp8_block_grouped_gemm_run(const GroupedGemmArgs& args);
+
+// Bytes of the per-expert argument arrays, rounded so the CUTLASS scratch that follows is aligned.
+constexpr std::size_t kWorkspaceAlign = 256;
+constexpr std::size_t align_up(std::size_t x) {
+  return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+}  // namespace moekit::gemm::detail

@@ -1,0 +1,151 @@
+// SiLU-and-mul between the grouped GEMMs: [R, 2I] bf16 (gate | up halves) -> [R, I] bf16, and the
+// fp8 variant that also quantizes the result into 1x128 groups for the fp8 block GEMM2.
+// Memory-bound: each thread moves 16-byte vectors (8 bf16); only rows < *num_rows (read on the
+// device, so the kernels are graph-capturable with data-dependent row counts) are touched.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/runtime/cuda_check.hpp"
+#include "moekit/gemm/grouped_gemm.hpp"
+
+namespace moekit::gemm {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;  // bf16 per 16-byte access
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[kVec]) {
+  uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+__global__ void silu_and_mul_bf16_kernel(const __nv_bfloat16* __restrict__ in,
+                                         __nv_bfloat16* __restrict__ out, long long max_rows,
+                                         long long inter, const int* __restrict__ num_rows) {
+  const long long rows = min(static_cast<long long>(max(*num_rows, 0)), max_rows);
+  const long long vecs_per_row = inter / kVec;
+  const long long total = rows * vecs_per_row;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long r = i / vecs_per_row;
+    const long long c = (i - r * vecs_per_row) * kVec;
+    float g[kVec], u[kVec];
+    load8(in + r * 2 * inter + c, g);
+    load8(in + r * 2 * inter + inter + c, u);
+    uint4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kVec / 2; ++j)
+      h[j] = __floats2bfloat162_rn(silu(g[2 * j]) * u[2 * j], silu(g[2 * j + 1]) * u[2 * j + 1]);
+    *reinterpret_cast<uint4*>(out + r * inter + c) = raw;
+  }
+}
+
+// 16 threads per 128-wide group (8 values each): amax by shuffles within the 16 lanes.
+__global__ void silu_and_mul_quant_fp8_kernel(const __nv_bfloat16* __restrict__ in,
+                                              __nv_fp8_e4m3* __restrict__ out,
+                                              float* __restrict__ scales, long long max_rows,
+                                              long long inter, const int* __restrict__ num_rows) {
+  const long long rows = min(static_cast<long long>(max(*num_rows, 0)), max_rows);
+  const long long vecs_per_row = inter / kVec;
+  const long long total = rows * vecs_per_row;  // a multiple of 16: groups never straddle warps
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  const long long begin = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  // Every lane of a 16-lane group runs the same number of iterations (total % 16 == 0 and the
+  // grid stride is a multiple of 16), so the shuffles below always see their whole group.
+  for (long long i = begin; i < total; i += stride) {
+    const long long r = i / vecs_per_row;
+    const long long c = (i - r * vecs_per_row) * kVec;
+    float g[kVec], u[kVec], y[kVec];
+    load8(in + r * 2 * inter + c, g);
+    load8(in + r * 2 * inter + inter + c, u);
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      y[j] = silu(g[j]) * u[j];
+      amax = fmaxf(amax, fabsf(y[j]));
+    }
+    const unsigned half_mask = 0xffffu << (threadIdx.x & 16);  // this 16-lane group only
+#pragma unroll
+    for (int off = 8; off >= 1; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(half_mask, amax, off, 16));
+    const float s = fmaxf(amax, 1e-10f) / 448.0f;
+    unsigned long long packed = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float q = fminf(fmaxf(__fdiv_rn(y[j], s), -448.0f), 448.0f);
+      const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+      packed |= static_cast<unsigned long long>(b) << (8 * j);
+    }
+    *reinterpret_cast<unsigned long long*>(out + r * inter + c) = packed;
+    if ((threadIdx.x & 15) == 0) scales[r * (inter / 128) + c / 128] = s;
+  }
+}
+
+int grid_for(long long max_rows, long long inter) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const long long work = max_rows * (inter / kVec);
+  const long long blocks = (work + kThreads - 1) / kThreads;
+  return static_cast<int>(std::max(1ll, std::min(blocks, static_cast<long long>(sms) * 16)));
+}
+
+void check_common(const void* gate_up, const void* out, std::int64_t max_rows,
+                  std::int64_t intermediate, const std::int32_t* num_rows) {
+  MOEKIT_CHECK_ARG(gate_up != nullptr, "gate_up", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(out != nullptr, "out", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(num_rows != nullptr, "num_rows", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(max_rows >= 0, "max_rows", ">= 0", max_rows);
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(gate_up) % 16 == 0, "gate_up",
+                   "16-byte aligned", gate_up);
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(out) % 16 == 0, "out", "16-byte aligned",
+                   out);
+}
+
+}  // namespace
+
+void silu_and_mul_bf16(const void* gate_up, void* out, std::int64_t max_rows,
+                       std::int64_t intermediate, const std::int32_t* num_rows,
+                       StreamHandle stream) {
+  check_common(gate_up, out, max_rows, intermediate, num_rows);
+  MOEKIT_CHECK_ARG(intermediate > 0 && intermediate % 8 == 0, "intermediate",
+                   "a positive multiple of 8", intermediate);
+  if (max_rows == 0) return;
+  silu_and_mul_bf16_kernel<<<grid_for(max_rows, intermediate), kThreads, 0,
+                             static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat16*>(gate_up), static_cast<__nv_bfloat16*>(out), max_rows,
+      intermediate, num_rows);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+void silu_and_mul_quant_fp8_block(const void* gate_up, void* out_values, float* out_scales,
+                                  std::int64_t max_rows, std::int64_t intermediate,
+                                  const std::int32_t* num_rows, StreamHandle stream) {
+  check_common(gate_up, out_values, max_rows, intermediate, num_rows);
+  MOEKIT_CHECK_ARG(out_scales != nullptr, "out_scales", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(intermediate > 0 && intermediate % 128 == 0, "intermediate",
+                   "a positive multiple of 128", intermediate);
+  if (max_rows == 0) return;
+  silu_and_mul_quant_fp8_kernel<<<grid_for(max_rows, intermediate), kThreads, 0,
+                                  static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat16*>(gate_up), static_cast<__nv_fp8_e4m3*>(out_values),
+      out_scales, max_rows, intermediate, num_rows);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moekit::gemm

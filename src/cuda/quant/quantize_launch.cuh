@@ -1,0 +1,134 @@
+// Launch helpers of the chunk-based quantize kernels, generic over the chunk loader so that the
+// plain quantize op and the fused activation + quantize op share them. Only kernel launches and
+// cudaMemsetAsync / cudaMemcpyAsync on the stream: no allocation, no host synchronization.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/quant/quantize_kernels.cuh"
+#include "cuda/runtime/cuda_check.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/quant/quantize.hpp"
+
+namespace moekit::cuda::quant_detail {
+
+constexpr int kThreads = 256;
+
+inline unsigned int blocks_for(std::int64_t threads) {
+  return static_cast<unsigned int>(std::max<std::int64_t>(1, (threads + kThreads - 1) / kThreads));
+}
+
+template <Kind kKind, typename Loader>
+void launch_chunks(const QuantArgs& a, const Loader& load, cudaStream_t stream) {
+  const std::int64_t threads = a.batch * a.rows * padded_chunks<kKind>(a.k);
+  if (threads == 0) return;
+  if (a.k % kChunk == 0) {
+    quantize_chunks_kernel<Loader, kKind, true><<<blocks_for(threads), kThreads, 0, stream>>>(a, load);
+  } else {
+    quantize_chunks_kernel<Loader, kKind, false><<<blocks_for(threads), kThreads, 0, stream>>>(a, load);
+  }
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+// amax pre-pass + in-place conversion into the per-matrix scale buffer `scale` [B].
+template <typename Loader>
+void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, bool nvfp4,
+                         cudaStream_t stream) {
+  MOEKIT_CUDA_CHECK(
+      cudaMemsetAsync(scale, 0, static_cast<std::size_t>(a.batch) * sizeof(float), stream));
+  const std::int64_t chunks = a.rows * ((a.k + kChunk - 1) / kChunk);
+  if (chunks > 0) {
+    // A few CTAs per SM in total; each thread then loops over several chunks.
+    const auto gx = static_cast<unsigned int>(
+        std::min<std::int64_t>(blocks_for(chunks), std::max<std::int64_t>(1, 1024 / a.batch)));
+    absmax_kernel<Loader><<<dim3(gx, static_cast<unsigned int>(a.batch)), kThreads, 0, stream>>>(
+        load, a.rows, a.k, scale);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+  }
+  amax_to_scale_kernel<<<blocks_for(a.batch), kThreads, 0, stream>>>(scale, a.batch, nvfp4);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+inline void launch_zero_padding(const QuantArgs& a, cudaStream_t stream) {
+  if (a.layout == ScaleLayout::kLinear) return;
+  const std::int64_t mp = scale_padded_rows(a.layout, a.rows);
+  const std::int64_t kp = scale_padded_cols(a.layout, a.kb);
+  if (mp == a.rows && kp == a.kb) return;
+  const std::int64_t total = a.batch * mp * kp;
+  if (total == 0) return;
+  zero_scale_padding_kernel<<<std::min<unsigned int>(blocks_for(total), 4096), kThreads, 0,
+                              stream>>>(static_cast<std::uint8_t*>(a.scales), a.batch, a.rows,
+                                        a.kb, a.layout);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+// Fills the QuantArgs of a [B?, M, K] problem (values / scales from `out`).
+inline QuantArgs make_quant_args(std::int64_t batch, std::int64_t rows, std::int64_t k,
+                                 const QuantConfig& config, const QuantizedView& out) {
+  QuantArgs a;
+  a.values = out.values.data;
+  a.scales = out.scales.data;
+  a.batch = batch;
+  a.rows = rows;
+  a.k = k;
+  a.layout = config.layout;
+  a.rule = config.rule == ScaleRule::kFloor ? MxRule::kFloor : MxRule::kRceil;
+  const int sfv = scale_block_size(config.scheme);
+  a.kb = sfv > 0 ? (k + sfv - 1) / sfv : 0;
+  return a;
+}
+
+// The schemes whose kernels only need a chunk loader: bf16, FP8 per-tensor, FP8 1x128, MXFP8,
+// MXFP4, NVFP4 (per-tensor gs). Returns false for the others (per-token, 128x128).
+template <typename Loader>
+bool quantize_chunked(QuantArgs a, QuantScheme scheme, const Loader& load, const QuantizedView& out,
+                      const void* static_scale, cudaStream_t stream) {
+  switch (scheme) {
+    case QuantScheme::kBF16:
+      launch_chunks<Kind::kBf16>(a, load, stream);
+      return true;
+    case QuantScheme::kFP8PerTensor: {
+      auto* s = static_cast<float*>(out.scales.data);
+      if (static_scale) {
+        MOEKIT_CUDA_CHECK(cudaMemcpyAsync(s, static_scale, static_cast<std::size_t>(a.batch) * 4,
+                                          cudaMemcpyDeviceToDevice, stream));
+      } else {
+        launch_tensor_scale(a, load, s, /*nvfp4=*/false, stream);
+      }
+      a.scale_in = s;
+      launch_chunks<Kind::kFp8Scaled>(a, load, stream);
+      return true;
+    }
+    case QuantScheme::kFP8Block1x128:
+      launch_chunks<Kind::kFp8Group>(a, load, stream);
+      return true;
+    case QuantScheme::kMXFP8:
+      launch_zero_padding(a, stream);
+      launch_chunks<Kind::kMxfp8>(a, load, stream);
+      return true;
+    case QuantScheme::kMXFP4:
+      launch_zero_padding(a, stream);
+      launch_chunks<Kind::kMxfp4>(a, load, stream);
+      return true;
+    case QuantScheme::kNVFP4: {
+      auto* gs = static_cast<float*>(out.global_scale.data);
+      if (static_scale) {
+        MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
+                                          cudaMemcpyDeviceToDevice, stream));
+      } else {
+        launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
+      }
+      a.scale_in = gs;
+      launch_zero_padding(a, stream);
+      launch_chunks<Kind::kNvfp4>(a, load, stream);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace moekit::cuda::quant_detail

@@ -1,0 +1,331 @@
+// The CUDA router (include/moekit/routing/route_cuda.hpp): one warp per token.
+//
+// Each lane holds the selection scores of experts lane, lane+32, ... in registers (kPerLane of
+// them, E <= 32*kPerLane). Top-k is k rounds of a warp arg-max under the reference's strict order
+// (higher first, NaN last, ties to the lower index), so ids are exactly the reference's. Weights
+// follow src/cpu/routing/route_reference.cpp formula by formula: float64 math, sums accumulated
+// sequentially in the reference's order by one lane (k or E terms), rounded once to fp32.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/runtime/cuda_check.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/quant/codecs.hpp"
+#include "moekit/routing/route_cuda.hpp"
+
+namespace moekit {
+
+namespace {
+
+constexpr int kWarps = 4;          // tokens per CTA
+constexpr int kMaxExperts = 512;
+constexpr int kMaxTopK = 32;
+constexpr int kMaxGroups = 32;
+
+struct RouteArgs {
+  const void* logits = nullptr;
+  bool logits_bf16 = false;
+  const float* bias = nullptr;
+  std::int32_t* ids = nullptr;
+  float* weights = nullptr;
+  std::int64_t m = 0;
+  int e = 0, k = 0;
+  RoutingMethod method = RoutingMethod::kRenormalize;
+  int groups = 1, topk_group = 1;
+  float scaling = 1.0f;
+};
+
+__device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
+  const bool na = isnan(a), nb = isnan(b);
+  if (na != nb) return nb;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+// The reference's fp32 sigmoid 1/(1+expf(-x)): expf as RN(exp(double)) (see route_cuda.hpp).
+__device__ __forceinline__ float sigmoid_f32(float x) {
+  const float e = static_cast<float>(exp(-static_cast<double>(x)));
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+}
+
+__device__ __forceinline__ double sigmoid_f64(double x) {
+  return __ddiv_rn(1.0, __dadd_rn(1.0, exp(-x)));
+}
+
+// Warp arg-max under ranks_before; idx < 0 = nothing.
+__device__ __forceinline__ void warp_best(float& v, int& idx) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    const int oi = __shfl_xor_sync(0xFFFFFFFFu, idx, off);
+    if (oi >= 0 && (idx < 0 || ranks_before(ov, oi, v, idx))) {
+      v = ov;
+      idx = oi;
+    }
+  }
+}
+
+// k rounds of arg-max over the lane's eligible, not yet taken experts; ids to s_ids.
+template <int kPerLane>
+__device__ __forceinline__ void select_top(const float (&score)[kPerLane], std::uint32_t eligible,
+                                           int k, int lane, int* s_ids) {
+  std::uint32_t taken = 0;
+  for (int j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (((eligible & ~taken) >> i) & 1u) {
+        if (bi < 0 || ranks_before(score[i], e, bv, bi)) {
+          bv = score[i];
+          bi = e;
+        }
+      }
+    }
+    warp_best(bv, bi);
+    if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
+    if (lane == 0) s_ids[j] = bi;
+  }
+  __syncwarp();
+}
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
+  __shared__ float s_logit[kWarps][kMaxExperts];
+  __shared__ float s_score[kWarps][kMaxExperts];
+  __shared__ double s_ex[kWarps][kMaxExperts];
+  __shared__ int s_ids[kWarps][kMaxTopK];
+  __shared__ float s_gscore[kWarps][kMaxGroups];
+  __shared__ double s_w[kWarps][kMaxTopK];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  if (t >= a.m) return;  // whole warps only; no CTA-wide barrier below
+  float* logit = s_logit[warp];
+  int* ids = s_ids[warp];
+
+  float l[kPerLane], score[kPerLane];
+  std::uint32_t valid = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    l[i] = 0.0f;
+    if (e < a.e) {
+      valid |= 1u << i;
+      l[i] = a.logits_bf16
+                 ? bf16_to_float(static_cast<const std::uint16_t*>(a.logits)[t * a.e + e])
+                 : static_cast<const float*>(a.logits)[t * a.e + e];
+      logit[e] = l[i];
+    }
+    score[i] = l[i];
+  }
+  const bool biased = a.method == RoutingMethod::kDeepSeekV3 || a.method == RoutingMethod::kMiniMax2;
+  std::uint32_t eligible = valid;
+  if (biased) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < a.e) {
+        score[i] = __fadd_rn(sigmoid_f32(l[i]), a.bias[e]);
+        s_score[warp][e] = score[i];
+      }
+    }
+    const int groups = a.method == RoutingMethod::kDeepSeekV3 ? a.groups : 1;
+    if (groups > 1 && a.topk_group < groups) {
+      __syncwarp();
+      const int per_group = a.e / groups;
+      // Group score: the sum of the group's top-2 biased scores (top-1 for one-expert groups).
+      float gs = 0.0f;
+      int gi = -1;
+      if (lane < groups) {
+        const float* s = s_score[warp] + lane * per_group;
+        int b0 = 0;
+        for (int i = 1; i < per_group; ++i)
+          if (ranks_before(s[i], i, s[b0], b0)) b0 = i;
+        gs = s[b0];
+        if (per_group >= 2) {
+          int b1 = -1;
+          for (int i = 0; i < per_group; ++i)
+            if (i != b0 && (b1 < 0 || ranks_before(s[i], i, s[b1], b1))) b1 = i;
+          gs = __fadd_rn(gs, s[b1]);
+        }
+        gi = lane;
+      }
+      // Keep topk_group groups (higher score, ties to the lower group).
+      std::uint32_t kept = 0;
+      bool taken = false;
+      for (int j = 0; j < a.topk_group; ++j) {
+        float bv = gs;
+        int bi = (gi >= 0 && !taken) ? gi : -1;
+        warp_best(bv, bi);
+        kept |= 1u << bi;
+        if (bi == lane) taken = true;
+      }
+      eligible = 0;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        if (e < a.e && ((kept >> (e / per_group)) & 1u)) eligible |= 1u << i;
+      }
+    }
+  }
+  select_top<kPerLane>(score, eligible, a.k, lane, ids);
+
+  // Weights (float64, the reference's formulas and summation order).
+  const int k = a.k;
+  double wd = 0.0;
+  const int id = lane < k ? ids[lane] : 0;
+  const double lj = lane < k ? static_cast<double>(logit[id]) : 0.0;
+  switch (a.method) {
+    case RoutingMethod::kTopK:
+      wd = lj;
+      break;
+    case RoutingMethod::kSigmoid:
+    case RoutingMethod::kLlama4:
+      wd = sigmoid_f64(lj);
+      break;
+    case RoutingMethod::kSigmoidRenorm:
+    case RoutingMethod::kDeepSeekV3:
+    case RoutingMethod::kMiniMax2: {
+      const bool renorm = a.method == RoutingMethod::kSigmoidRenorm;
+      if (lane < k) s_w[warp][lane] = renorm ? sigmoid_f64(lj) : static_cast<double>(sigmoid_f32(logit[id]));
+      __syncwarp();
+      double sum = 0.0;
+      if (lane == 0)
+        for (int j = 0; j < k; ++j) sum = __dadd_rn(sum, s_w[warp][j]);
+      sum = __shfl_sync(0xFFFFFFFFu, sum, 0);
+      if (lane < k) {
+        if (renorm) {
+          wd = __ddiv_rn(s_w[warp][lane], sum);
+        } else {
+          const double scale = __ddiv_rn(static_cast<double>(a.scaling), __dadd_rn(sum, 1e-20));
+          wd = __dmul_rn(s_w[warp][lane], scale);
+        }
+      }
+      break;
+    }
+    case RoutingMethod::kRenormalize: {
+      const double mx = static_cast<double>(logit[ids[0]]);
+      if (lane < k) s_w[warp][lane] = exp(__dsub_rn(lj, mx));
+      __syncwarp();
+      double denom = 0.0;
+      if (lane == 0)
+        for (int j = 0; j < k; ++j) denom = __dadd_rn(denom, s_w[warp][j]);
+      denom = __shfl_sync(0xFFFFFFFFu, denom, 0);
+      if (lane < k) wd = __ddiv_rn(s_w[warp][lane], denom);
+      break;
+    }
+    case RoutingMethod::kDefault:
+    case RoutingMethod::kRenormalizeNaive: {
+      double mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if ((valid >> i) & 1u) mx = fmax(mx, static_cast<double>(l[i]));
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) mx = fmax(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, off));
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        if (e < a.e) s_ex[warp][e] = exp(__dsub_rn(static_cast<double>(l[i]), mx));
+      }
+      __syncwarp();
+      double denom = 0.0;
+      if (lane == 0)
+        for (int e = 0; e < a.e; ++e) denom = __dadd_rn(denom, s_ex[warp][e]);
+      denom = __shfl_sync(0xFFFFFFFFu, denom, 0);
+      if (lane < k) s_w[warp][lane] = __ddiv_rn(s_ex[warp][id], denom);
+      __syncwarp();
+      if (a.method == RoutingMethod::kRenormalizeNaive) {
+        double chosen = 0.0;
+        if (lane == 0)
+          for (int j = 0; j < k; ++j) chosen = __dadd_rn(chosen, s_w[warp][j]);
+        chosen = __shfl_sync(0xFFFFFFFFu, chosen, 0);
+        if (lane < k) wd = __ddiv_rn(s_w[warp][lane], chosen);
+      } else if (lane < k) {
+        wd = s_w[warp][lane];
+      }
+      break;
+    }
+  }
+  if (lane < k) {
+    a.ids[t * k + lane] = id;
+    a.weights[t * k + lane] = __double2float_rn(wd);
+  }
+}
+
+void check_device_tensor(const TensorView& t, const char* name, DType dtype, const Shape& shape) {
+  MOEKIT_CHECK_ARG(t.defined(), name, "a tensor", "absent");
+  MOEKIT_CHECK_ARG(t.dtype == dtype, std::string(name) + " dtype", dtype_name(dtype), dtype_name(t.dtype));
+  MOEKIT_CHECK_ARG(t.shape == shape, std::string(name) + " shape", shape.str(), t.shape.str());
+  MOEKIT_CHECK_ARG(t.device.is_cuda(), std::string(name) + " device", "cuda", t.device.str());
+  MOEKIT_CHECK_ARG(t.is_contiguous(), std::string(name) + " layout", "contiguous", "strided");
+}
+
+}  // namespace
+
+void route_cuda(const TensorView& logits, const TensorView& correction_bias,
+                const RoutingConfig& config, const TensorView& topk_ids,
+                const TensorView& topk_weights, StreamHandle stream) {
+  MOEKIT_CHECK_ARG(logits.rank() == 2, "logits rank", 2, logits.rank());
+  MOEKIT_CHECK_ARG(logits.dtype == DType::kF32 || logits.dtype == DType::kBF16, "logits dtype",
+                   "f32 or bf16", dtype_name(logits.dtype));
+  MOEKIT_CHECK_ARG(logits.device.is_cuda(), "logits device", "cuda", logits.device.str());
+  MOEKIT_CHECK_ARG(logits.is_contiguous(), "logits layout", "contiguous", "strided");
+  const std::int64_t m = logits.size(0);
+  const std::int64_t e = logits.size(1);
+  MOEKIT_CHECK_ARG(e >= 1 && e <= kMaxExperts, "logits.shape[1] (num_experts)",
+                   "in [1, " + std::to_string(kMaxExperts) + "] on cuda", e);
+  config.validate(static_cast<int>(e));
+  MOEKIT_CHECK_ARG(config.top_k <= kMaxTopK, "top_k", "<= " + std::to_string(kMaxTopK) + " on cuda",
+                   config.top_k);
+  if (config.method == RoutingMethod::kDeepSeekV3) {
+    MOEKIT_CHECK_ARG(config.num_expert_groups <= kMaxGroups, "num_expert_groups",
+                     "<= " + std::to_string(kMaxGroups) + " on cuda", config.num_expert_groups);
+  }
+  const Shape out_shape{m, config.top_k};
+  check_device_tensor(topk_ids, "topk_ids", DType::kI32, out_shape);
+  check_device_tensor(topk_weights, "topk_weights", DType::kF32, out_shape);
+  const bool needs_bias = routing_uses_bias(config.method);
+  if (needs_bias) {
+    check_device_tensor(correction_bias, "correction_bias", DType::kF32, Shape{e});
+  } else {
+    MOEKIT_CHECK_ARG(!correction_bias.defined(), "correction_bias",
+                     std::string("absent for routing method ") +
+                         std::string(routing_method_name(config.method)),
+                     correction_bias.str());
+  }
+  if (m == 0) return;
+  RouteArgs a;
+  a.logits = logits.data;
+  a.logits_bf16 = logits.dtype == DType::kBF16;
+  a.bias = needs_bias ? static_cast<const float*>(correction_bias.data) : nullptr;
+  a.ids = static_cast<std::int32_t*>(topk_ids.data);
+  a.weights = static_cast<float*>(topk_weights.data);
+  a.m = m;
+  a.e = static_cast<int>(e);
+  a.k = config.top_k;
+  a.method = config.method;
+  a.groups = config.num_expert_groups;
+  a.topk_group = config.topk_group;
+  a.scaling = config.routed_scaling_factor;
+  const unsigned int blocks = static_cast<unsigned int>((m + kWarps - 1) / kWarps);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (e <= 32) {
+    route_kernel<1><<<blocks, kWarps * 32, 0, s>>>(a);
+  } else if (e <= 64) {
+    route_kernel<2><<<blocks, kWarps * 32, 0, s>>>(a);
+  } else if (e <= 128) {
+    route_kernel<4><<<blocks, kWarps * 32, 0, s>>>(a);
+  } else if (e <= 256) {
+    route_kernel<8><<<blocks, kWarps * 32, 0, s>>>(a);
+  } else {
+    route_kernel<16><<<blocks, kWarps * 32, 0, s>>>(a);
+  }
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moekit

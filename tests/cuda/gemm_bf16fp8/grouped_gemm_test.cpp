@@ -1,0 +1,263 @@
+// Grouped expert GEMMs (bf16, fp8 block) against a float64 CPU reference.
+// Bounds (||out - ref|| / ||ref||): both GEMMs store bf16, whose rounding alone gives ~1.1e-3 RMS
+// relative error; fp32 accumulation adds far less. Bound 5e-3 for both (the fp8 reference uses the
+// dequantized operands, so quantization error is not counted). Rows past expert_offsets[E] must
+// keep their poison; rows below must all be written (finite).
+#include <gmock/gmock.h>
+
+#include "cuda/gemm_bf16fp8/gemm_test_util.hpp"
+#include "cuda/gpu_test_util.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/gemm/grouped_gemm.hpp"
+
+namespace moekit {
+namespace {
+
+using gemm::GroupedGemmArgs;
+using gemm::GroupedGemmType;
+using namespace gemm_test;
+
+constexpr double kGemmBound = 5e-3;
+constexpr std::uint16_t kPoison = 0xffff;  // bf16 NaN
+
+struct Case {
+  std::vector<int> counts;  // rows per expert
+  int n, k;
+  int extra_rows;  // capacity beyond the used rows (must stay untouched)
+};
+
+// Runs one grouped GEMM of type t on random data and checks it; returns the relative error.
+void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " n " << c.n << " k " << c.k << " E "
+                                    << c.counts.size());
+  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const int E = static_cast<int>(c.counts.size());
+  const auto off = offsets_of(c.counts);
+  const int used = off[E];
+  const int rows = used + c.extra_rows;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(rows) * c.k), b(static_cast<std::size_t>(E) * c.n * c.k);
+  for (auto& x : a) x = dist(rng);
+  for (auto& x : b) x = dist(rng) * 0.05f;
+
+  DeviceArray<std::int32_t> d_off(off);
+  DeviceArray<std::uint16_t> d_out(static_cast<std::size_t>(rows) * c.n);
+  MOEKIT_TEST_CUDA(cudaMemset(d_out.get(), 0xff, static_cast<std::size_t>(rows) * c.n * 2));
+  std::vector<double> ref;
+  GroupedGemmArgs args;
+  args.num_experts = E;
+  args.n = c.n;
+  args.k = c.k;
+  args.max_rows = rows;
+  args.expert_offsets = d_off.get();
+  args.d = d_out.get();
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
+  DeviceArray<std::uint8_t> d_ws(ws);
+  args.workspace = d_ws.get();
+  args.workspace_bytes = ws;
+
+  if (!fp8) {
+    std::vector<std::uint16_t> ha(a.size()), hb(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_float(ha[i] = float_to_bf16(a[i]));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_float(hb[i] = float_to_bf16(b[i]));
+    DeviceArray<std::uint16_t> da(ha), db(hb);
+    args.a = da.get();
+    args.b = db.get();
+    gemm::grouped_gemm(t, args);
+    MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+    ref = grouped_reference(a, b, off, c.n, c.k);
+  } else {
+    auto qa = quantize_act_1x128(a, rows, c.k);
+    auto qb = quantize_weight_128x128(b, E, c.n, c.k);
+    DeviceArray<std::uint8_t> da(qa.q), db(qb.q);
+    DeviceArray<float> dsa(qa.scales), dsb(qb.scales);
+    args.a = da.get();
+    args.b = db.get();
+    args.a_scales = dsa.get();
+    args.b_scales = dsb.get();
+    gemm::grouped_gemm(t, args);
+    MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+    ref = grouped_reference(qa.dequant, qb.dequant, off, c.n, c.k);
+  }
+  const auto out_bits = d_out.download();
+  std::vector<double> out(ref.size());
+  int unwritten = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    out[i] = bf16_to_float(out_bits[i]);
+    if (!std::isfinite(out[i])) ++unwritten;
+  }
+  EXPECT_EQ(unwritten, 0) << "elements of used rows not written (NaN poison left)";
+  int clobbered = 0;
+  for (std::size_t i = ref.size(); i < out_bits.size(); ++i) clobbered += out_bits[i] != kPoison;
+  EXPECT_EQ(clobbered, 0) << "elements of rows past expert_offsets[E] written";
+  if (used > 0) {
+    const double err = rel_l2(out, ref);
+    ::testing::Test::RecordProperty("rel_l2", std::to_string(err));
+    EXPECT_LT(err, kGemmBound) << "rel L2 " << err;
+  }
+}
+
+class GroupedGemm : public ::testing::TestWithParam<GroupedGemmType> {
+ protected:
+  void SetUp() override {
+    if (!gemm::grouped_gemm_available(GetParam())) GTEST_SKIP() << "built without CUTLASS";
+  }
+};
+
+TEST_P(GroupedGemm, EmptyExpertsAndPartialTiles) {
+  MOEKIT_REQUIRE_GPU();
+  // Expert 1 and 4 empty; N = 384 (partial 256-wide tile), rows not a multiple of 128.
+  run_case(GetParam(), {{37, 0, 200, 1, 0, 129}, 384, 256, 5}, test_seed());
+}
+
+TEST_P(GroupedGemm, PartialScaleTileAlongN) {
+  MOEKIT_REQUIRE_GPU();
+  run_case(GetParam(), {{3, 70, 11}, 200, 384, 0}, test_seed());  // ceil(200/128) = 2 scale rows
+}
+
+TEST_P(GroupedGemm, SingleRow) {
+  MOEKIT_REQUIRE_GPU();
+  run_case(GetParam(), {{0, 0, 1, 0}, 256, 512, 3}, test_seed());
+}
+
+TEST_P(GroupedGemm, AllRowsToOneExpert) {
+  MOEKIT_REQUIRE_GPU();
+  run_case(GetParam(), {{0, 0, 0, 300, 0, 0, 0, 0}, 128, 256, 0}, test_seed());
+}
+
+TEST_P(GroupedGemm, NoRowsLeavesOutputUntouched) {
+  MOEKIT_REQUIRE_GPU();
+  run_case(GetParam(), {{0, 0, 0}, 128, 128, 17}, test_seed());
+}
+
+TEST_P(GroupedGemm, MultiTileGrid) {
+  MOEKIT_REQUIRE_GPU();
+  // Several M and N tiles per expert and more tiles than SMs in total.
+  run_case(GetParam(), {{300, 257, 511, 140}, 1024, 1024, 0}, test_seed());
+}
+
+// The per-expert problem sizes come from device memory: a captured graph replayed after the
+// routing changed must follow the new expert_offsets (no host copy of them baked in).
+TEST_P(GroupedGemm, GraphReplayFollowsDeviceOffsets) {
+  MOEKIT_REQUIRE_GPU();
+  const auto t = GetParam();
+  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int E = 3, n = 256, k = 256, rows = 96;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(rows) * k), b(static_cast<std::size_t>(E) * n * k);
+  for (auto& x : a) x = dist(rng);
+  for (auto& x : b) x = dist(rng) * 0.05f;
+  std::vector<float> av, bv;
+  std::vector<std::uint8_t> abytes, bbytes;
+  std::vector<float> sa, sb;
+  if (fp8) {
+    auto qa = quantize_act_1x128(a, rows, k);
+    auto qb = quantize_weight_128x128(b, E, n, k);
+    abytes = qa.q, bbytes = qb.q, sa = qa.scales, sb = qb.scales, av = qa.dequant, bv = qb.dequant;
+  } else {
+    for (float x : a) {
+      auto h = float_to_bf16(x);
+      abytes.push_back(h & 0xff), abytes.push_back(h >> 8), av.push_back(bf16_to_float(h));
+    }
+    for (float x : b) {
+      auto h = float_to_bf16(x);
+      bbytes.push_back(h & 0xff), bbytes.push_back(h >> 8), bv.push_back(bf16_to_float(h));
+    }
+  }
+  DeviceArray<std::uint8_t> da(abytes), db(bbytes);
+  DeviceArray<float> dsa(std::max<std::size_t>(sa.size(), 1)), dsb(std::max<std::size_t>(sb.size(), 1));
+  dsa.upload(sa);
+  dsb.upload(sb);
+  DeviceArray<std::int32_t> d_off(offsets_of({10, 50, 36}));
+  DeviceArray<std::uint16_t> d_out(static_cast<std::size_t>(rows) * n);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
+  DeviceArray<std::uint8_t> d_ws(ws);
+  GroupedGemmArgs args;
+  args.num_experts = E, args.n = n, args.k = k, args.max_rows = rows;
+  args.expert_offsets = d_off.get(), args.a = da.get(), args.b = db.get(), args.d = d_out.get();
+  args.a_scales = fp8 ? dsa.get() : nullptr, args.b_scales = fp8 ? dsb.get() : nullptr;
+  args.workspace = d_ws.get(), args.workspace_bytes = ws;
+  cudaStream_t stream;
+  MOEKIT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  args.stream = stream;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOEKIT_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  gemm::grouped_gemm(t, args);
+  MOEKIT_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  MOEKIT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (const auto& counts : {std::vector<int>{10, 50, 36}, std::vector<int>{0, 96, 0}}) {
+    const auto off = offsets_of(counts);
+    d_off.upload(off);
+    MOEKIT_TEST_CUDA(cudaMemset(d_out.get(), 0xff, static_cast<std::size_t>(rows) * n * 2));
+    MOEKIT_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    MOEKIT_TEST_CUDA(cudaStreamSynchronize(stream));
+    const auto ref = grouped_reference(av, bv, off, n, k);
+    const auto bits = d_out.download();
+    std::vector<double> out(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) out[i] = bf16_to_float(bits[i]);
+    EXPECT_LT(rel_l2(out, ref), kGemmBound) << "counts " << counts[0] << "," << counts[1];
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
+  MOEKIT_REQUIRE_GPU();
+  const auto t = GetParam();
+  DeviceArray<std::uint8_t> buf(1 << 20);
+  DeviceArray<std::int32_t> off(std::vector<std::int32_t>{0, 0});
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, 1);
+  DeviceArray<std::uint8_t> d_ws(ws);
+  GroupedGemmArgs good;
+  good.num_experts = 1, good.n = 128, good.k = 128, good.max_rows = 4;
+  good.expert_offsets = off.get(), good.a = buf.get(), good.b = buf.get(), good.d = buf.get();
+  good.a_scales = reinterpret_cast<const float*>(buf.get());
+  good.b_scales = reinterpret_cast<const float*>(buf.get());
+  good.workspace = d_ws.get(), good.workspace_bytes = ws;
+  EXPECT_NO_THROW(gemm::grouped_gemm(t, good));
+  auto expect_error = [&](GroupedGemmArgs a, const char* arg) {
+    try {
+      gemm::grouped_gemm(t, a);
+      ADD_FAILURE() << "no error for " << arg;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(arg) + ": expected")) << e.what();
+    }
+  };
+  GroupedGemmArgs a = good;
+  a.n = 12;
+  expect_error(a, "n");
+  a = good, a.k = t == GroupedGemmType::kFP8Block128 ? 64 : 12;
+  expect_error(a, "k");
+  a = good, a.num_experts = 0;
+  expect_error(a, "num_experts");
+  a = good, a.lda = 100;
+  expect_error(a, "lda");
+  a = good, a.ldd = 64;
+  expect_error(a, "ldd");
+  a = good, a.expert_offsets = nullptr;
+  expect_error(a, "expert_offsets");
+  a = good, a.b = static_cast<const std::uint8_t*>(good.b) + 2;
+  expect_error(a, "b");
+  a = good, a.workspace_bytes = ws - 1;
+  expect_error(a, "workspace_bytes");
+  a = good, a.max_rows = -1;
+  expect_error(a, "max_rows");
+  if (t == GroupedGemmType::kFP8Block128) {
+    a = good, a.a_scales = nullptr;
+    expect_error(a, "a_scales");
+  }
+  MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GroupedGemm,
+                         ::testing::Values(GroupedGemmType::kBF16, GroupedGemmType::kFP8Block128),
+                         [](const auto& info) { return gemm::grouped_gemm_type_name(info.param); });
+
+}  // namespace
+}  // namespace moekit

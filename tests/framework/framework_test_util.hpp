@@ -1,0 +1,102 @@
+// Helpers of the framework tests: small layers, expert slicing for EP, bitwise comparison.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "moekit/framework/problem.hpp"
+#include "moekit/moe/layer_config.hpp"
+#include "moekit/moe/weights.hpp"
+#include "moekit/quant/codecs.hpp"
+
+namespace moekit::testing {
+
+inline MoeLayerConfig small_layer(RoutingMethod method, Activation act, int e = 8, int k = 2,
+                                  std::int64_t h = 128, std::int64_t i = 64) {
+  MoeLayerConfig c;
+  c.name = "test";
+  c.num_experts = e;
+  c.hidden_size = h;
+  c.intermediate_size = i;
+  c.routing.method = method;
+  c.routing.top_k = method == RoutingMethod::kLlama4 ? 1 : k;
+  if (method == RoutingMethod::kDeepSeekV3) {
+    c.routing.num_expert_groups = 4;
+    c.routing.topk_group = 2;
+    c.routing.routed_scaling_factor = 2.5f;
+  }
+  if (method == RoutingMethod::kMiniMax2) c.routing.routed_scaling_factor = 1.5f;
+  c.activation.kind = act;
+  c.has_bias = act == Activation::kSwigluOai;
+  return c;
+}
+
+inline Tensor slice_experts(const Tensor& t, const std::vector<int>& experts) {
+  if (!t.defined()) return {};
+  std::vector<std::int64_t> dims = t.shape().vec();
+  const std::size_t per = static_cast<std::size_t>(t.numel() / dims[0]) * dtype_size(t.dtype());
+  dims[0] = static_cast<std::int64_t>(experts.size());
+  Tensor out(t.dtype(), Shape(dims));
+  for (std::size_t i = 0; i < experts.size(); ++i)
+    std::memcpy(static_cast<char*>(out.data()) + i * per,
+                static_cast<const char*>(t.data()) + static_cast<std::size_t>(experts[i]) * per, per);
+  return out;
+}
+
+inline QuantizedTensor slice_experts(const QuantizedTensor& q, const std::vector<int>& experts) {
+  QuantizedTensor r;
+  r.config = q.config;
+  r.values = slice_experts(q.values, experts);
+  r.scales = slice_experts(q.scales, experts);
+  r.global_scale = slice_experts(q.global_scale, experts);
+  return r;
+}
+
+// The local experts of a rank (expert_map >= 0), in local order.
+inline MoeWeights local_weights(const MoeWeights& w, const ParallelConfig& p) {
+  std::vector<int> experts(static_cast<std::size_t>(p.num_local_experts(w.num_experts)));
+  for (std::size_t g = 0; g < p.expert_map.size(); ++g)
+    if (p.expert_map[g] >= 0) experts[static_cast<std::size_t>(p.expert_map[g])] = static_cast<int>(g);
+  MoeWeights l;
+  l.num_experts = static_cast<int>(experts.size());
+  l.hidden_size = w.hidden_size;
+  l.intermediate_size = w.intermediate_size;
+  l.quant = w.quant;
+  l.gated = w.gated;
+  l.w13 = slice_experts(w.w13, experts);
+  l.w2 = slice_experts(w.w2, experts);
+  l.w13_bias = slice_experts(w.w13_bias, experts);
+  l.w2_bias = slice_experts(w.w2_bias, experts);
+  l.a13_scale = slice_experts(w.a13_scale, experts);
+  l.a2_scale = slice_experts(w.a2_scale, experts);
+  return l;
+}
+
+// Index of the first element whose bits differ, or -1. f32 vs f32, or bf16 vs f32 reference
+// rounded to bf16.
+inline std::int64_t first_bit_difference(const TensorView& got, const TensorView& ref_f32) {
+  const std::int64_t n = ref_f32.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float r = ref_f32.ptr<const float>()[i];
+    if (got.dtype == DType::kF32) {
+      if (f32_to_bits(got.ptr<const float>()[i]) != f32_to_bits(r)) return i;
+    } else if (got.ptr<const std::uint16_t>()[i] != float_to_bf16(r)) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+inline std::string describe_difference(const TensorView& got, const TensorView& ref,
+                                       std::int64_t i) {
+  if (i < 0) return "identical";
+  const float g = got.dtype == DType::kF32 ? got.ptr<const float>()[i]
+                                           : bf16_to_float(got.ptr<const std::uint16_t>()[i]);
+  return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", reference " +
+         std::to_string(ref.ptr<const float>()[i]);
+}
+
+}  // namespace moekit::testing

@@ -1,0 +1,52 @@
+// `moekit run`: run one MoE layer (the embedded default job without arguments: preset "tiny",
+// NVFP4 weights, 64 tokens, a fixed seed) on a backend, check it against the float64 reference
+// and print the report. Exits non-zero when the check fails.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/command.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/moe/layer_config.hpp"
+#include "moekit/moe/run_job.hpp"
+
+namespace {
+
+void setup_run(CLI::App& sub) {
+  auto opt = std::make_shared<moekit::RunJobOptions>();
+  auto json = std::make_shared<bool>(false);
+  std::string presets;
+  for (const auto& n : moekit::layer_preset_names()) presets += (presets.empty() ? "" : "|") + n;
+  std::string backends = "auto";
+  for (const auto& n : moekit::run_backend_names()) backends += "|" + n;
+  sub.add_option("--preset", opt->preset, "Layer preset: " + presets)->capture_default_str();
+  sub.add_option("--quant", opt->quant,
+                 "Expert weight quantization: bf16|fp8_tensor|fp8_block|nvfp4|mxfp4 "
+                 "(optionally /linear|/swizzled_128x4 for block scales)")
+      ->capture_default_str();
+  sub.add_option("--tokens", opt->tokens, "Number of tokens M")->capture_default_str();
+  sub.add_option("--seed", opt->seed, "Seed of weights and inputs")->capture_default_str();
+  sub.add_option("--backend", opt->backend, "Backend: " + backends)->capture_default_str();
+  sub.add_option("--mode", opt->mode,
+                 "Numerics: w4a16 (weights dequantized, activations as given) | emulate "
+                 "(GEMM inputs quantized like a W4A4/W8A8 kernel)")
+      ->capture_default_str();
+  sub.add_option("--hidden", opt->hidden_size, "Scale down: hidden size H (0 = the preset's)");
+  sub.add_option("--intermediate", opt->intermediate_size,
+                 "Scale down: intermediate size I (0 = the preset's)");
+  sub.add_option("--experts", opt->num_experts, "Scale down: number of experts E (0 = the preset's)");
+  sub.add_flag("--json", *json, "Print the report as JSON");
+  sub.callback([opt, json] {
+    const moekit::RunJobReport report = moekit::run_job(*opt);
+    std::fputs((*json ? report.json() + "\n" : report.text()).c_str(), stdout);
+    std::fflush(stdout);
+    if (!report.pass) {
+      MOEKIT_FAIL("run: check FAILED: relative L2 ", report.relative_l2, " vs bound ", report.bound,
+                  " (backend ", report.backend, ")");
+    }
+  });
+}
+
+}  // namespace
+
+MOEKIT_REGISTER_COMMAND(run, "Run one MoE layer on a backend and check it against the reference", setup_run);
