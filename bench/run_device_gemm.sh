@@ -23,3 +23,8 @@ compute-sanitizer --tool memcheck --error-exitcode 3 "$B/moekit_gpu_tests" \
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 echo "== bench"
 "$B/moekit" bench --preset "$PRESETS" --tokens "$TOKENS" --json "$OUT/$JSON" 2>&1 | tee "$OUT/bench.log"
+rc=$?
+if [ $rc -ne 0 ]; then  # keep whatever works: bf16 alone
+  echo "== bench rc=$rc; retrying bf16 alone"
+  "$B/moekit" bench --preset "$PRESETS" --tokens "$TOKENS" --quant bf16 --json "$OUT/bf16_only_$JSON" 2>&1 | tee "$OUT/bench_bf16.log"
+fi

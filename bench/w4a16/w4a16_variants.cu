@@ -167,8 +167,9 @@ void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t s
   auto kernel = kernel_of<Cfg, kSkip>(0);
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
                                                    Cfg::smem_bytes(p.e)));
-  std::printf("%-22s %-26s %8.1f us %7.0f GB/s  (ctas/sm %d)\n", p.name, vname, t * 1e6,
-              bytes / t / 1e9, per_sm);
+  const double flops = 2.0 * p.m * p.topk * double(p.n) * p.k;
+  std::printf("%-22s %-26s %8.1f us %7.0f GB/s %6.1f TFLOP/s (ctas/sm %d)\n", p.name, vname,
+              t * 1e6, bytes / t / 1e9, flops / t / 1e12, per_sm);
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
 }
@@ -182,6 +183,8 @@ int main(int argc, char** argv) {
       {8, 2, 1, 28672, 4096, 1, "mixtral M1 gemm1"}, {8, 2, 1, 4096, 14336, 0, "mixtral M1 gemm2"},
       {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"},  {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
       {8, 2, 64, 28672, 4096, 1, "mixtral M64 gemm1"},
+      {256, 8, 4096, 4096, 7168, 1, "dsv3 M4096 gemm1"},
+      {8, 2, 4096, 28672, 4096, 1, "mixtral M4096 gemm1"},
   };
   for (const Problem& p : problems) {
     Setup s = make_setup(p, p.epi == 1);
@@ -190,6 +193,13 @@ int main(int argc, char** argv) {
         launch<DecodeConfig<4, 1, 1, 4>, false>(p, s, 0, stream, false);
         CK(cudaStreamSynchronize(stream));
       }
+    } else if (p.m >= 512) {
+      measure<TileConfig<4, 2, 1, 2, 8, 4>>("large128 <4,2,1,2,8,4>", p, s, stream);
+      measure<TileConfig<4, 2, 1, 2, 8, 3>>("<4,2,1,2,8,3>", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 8, 4>>("<4,1,1,2,8,4> 128x64", p, s, stream);
+      measure<TileConfig<8, 1, 1, 1, 8, 4>>("<8,1,1,1,8,4> 128x64", p, s, stream);
+      measure<TileConfig<2, 2, 1, 4, 8, 4>>("<2,2,1,4,8,4> 128x128", p, s, stream);
+      measure<TileConfig<2, 2, 1, 2, 8, 4>>("<2,2,1,2,8,4> 64x128", p, s, stream);
     } else {
       measure<TileConfig<2, 1, 4, 1, 1, 8>>("v1 decode8 <2,1,4,1,1,8>", p, s, stream);
       measure<TileConfig<2, 1, 4, 1, 1, 4>>("v1 <2,1,4,1,1,4>", p, s, stream);

@@ -27,12 +27,15 @@ inline std::uint16_t float_to_bf16_bits(float f) {
 }
 
 // Checks that `t` is a host, contiguous, rank-2 f32 or bf16 matrix.
-inline void check_host_matrix_f32_or_bf16(const TensorView& t, const char* where, const char* name) {
+inline void check_host_matrix_f32_or_bf16(const TensorView& t, const char* where,
+                                          const char* name) {
   if (!(t.rank() == 2)) throw_arg_error(where, std::string(name) + " rank", 2, t.rank());
   if (!(t.dtype == DType::kF32 || t.dtype == DType::kBF16))
     throw_arg_error(where, std::string(name) + " dtype", "f32 or bf16", dtype_name(t.dtype));
-  if (!t.device.is_host()) throw_arg_error(where, std::string(name) + " device", "host", t.device.str());
-  if (!t.is_contiguous()) throw_arg_error(where, std::string(name) + " layout", "contiguous", "strided");
+  if (!t.device.is_host())
+    throw_arg_error(where, std::string(name) + " device", "host", t.device.str());
+  if (!t.is_contiguous())
+    throw_arg_error(where, std::string(name) + " layout", "contiguous", "strided");
 }
 
 // Copies `n` elements starting at element `offset` of an f32 or bf16 tensor into dst.

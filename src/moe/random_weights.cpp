@@ -51,7 +51,8 @@ void fill_normal_at(float* dst, std::int64_t offset, std::int64_t n, float mean,
 }
 
 void round_to_bf16_values(float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = detail::bf16_bits_to_float(detail::float_to_bf16_bits(x[i]));
+  for (std::int64_t i = 0; i < n; ++i)
+    x[i] = detail::bf16_bits_to_float(detail::float_to_bf16_bits(x[i]));
 }
 
 Tensor normal_bf16(const Shape& shape, float std, std::uint64_t seed, std::uint64_t stream) {
@@ -103,11 +104,11 @@ MoeWeights random_master_weights(const MoeLayerConfig& config, std::uint64_t see
   const std::int64_t e = config.num_experts, h = config.hidden_size;
   const std::int64_t i = config.intermediate_size, rows = w.w13_rows();
   w.w13.config = w.quant;
-  w.w13.values = normal_bf16(Shape{e, rows, h}, static_cast<float>(1.0 / std::sqrt(double(h))), seed,
-                             kStreamW13);
+  w.w13.values = normal_bf16(Shape{e, rows, h}, static_cast<float>(1.0 / std::sqrt(double(h))),
+                             seed, kStreamW13);
   w.w2.config = w.quant;
-  w.w2.values = normal_bf16(Shape{e, h, i}, static_cast<float>(1.0 / std::sqrt(double(i))), seed,
-                            kStreamW2);
+  w.w2.values =
+      normal_bf16(Shape{e, h, i}, static_cast<float>(1.0 / std::sqrt(double(i))), seed, kStreamW2);
   if (config.has_bias) {
     w.w13_bias = normal_f32(Shape{e, rows}, kRandomBiasStd, seed, kStreamW13Bias, true);
     w.w2_bias = normal_f32(Shape{e, h}, kRandomBiasStd, seed, kStreamW2Bias, true);
@@ -159,7 +160,8 @@ Tensor random_hidden_states(std::int64_t tokens, std::int64_t hidden_size, DType
   MOEKIT_CHECK_ARG(hidden_size >= 1, "hidden_size", ">= 1", hidden_size);
   MOEKIT_CHECK_ARG(dtype == DType::kF32 || dtype == DType::kBF16, "dtype", "f32 or bf16",
                    dtype_name(dtype));
-  if (dtype == DType::kBF16) return normal_bf16(Shape{tokens, hidden_size}, 1.0f, seed, kStreamHidden);
+  if (dtype == DType::kBF16)
+    return normal_bf16(Shape{tokens, hidden_size}, 1.0f, seed, kStreamHidden);
   return normal_f32(Shape{tokens, hidden_size}, 1.0f, seed, kStreamHidden, false);
 }
 

@@ -39,8 +39,8 @@ QuantConfig parse_weight_quant(const std::string& text) {
   } catch (const Error&) {
     throw_arg_error("run", "--quant", "one of bf16|fp8_tensor|fp8_block|nvfp4|mxfp4", text);
   }
-  MOEKIT_CHECK_ARG(is_weight_scheme(q.scheme), "--quant", "one of bf16|fp8_tensor|fp8_block|nvfp4|mxfp4",
-                   text);
+  MOEKIT_CHECK_ARG(is_weight_scheme(q.scheme), "--quant",
+                   "one of bf16|fp8_tensor|fp8_block|nvfp4|mxfp4", text);
   return q;
 }
 
@@ -63,14 +63,16 @@ double run_error_bound(std::string_view backend, MoeNumerics numerics) {
   // reference: fp32 accumulation vs float64 (w4a16); with activation-quant emulation the fp32
   // and float64 intermediates may round to different FP4/FP8 codes at a few elements.
   if (backend == "reference") return numerics == MoeNumerics::kWeightOnly ? 1e-5 : 2e-3;
-  throw_arg_error("run_error_bound", "backend", "a name from run_backend_names()", std::string(backend));
+  throw_arg_error("run_error_bound", "backend", "a name from run_backend_names()",
+                  std::string(backend));
 }
 
-void run_layer_on_backend(std::string_view backend, const LayerRunInputs& in, const TensorView& out) {
+void run_layer_on_backend(std::string_view backend, const LayerRunInputs& in,
+                          const TensorView& out) {
   MOEKIT_CHECK_ARG(in.config && in.weights, "inputs", "config and weights set", "null");
   if (backend == "reference") {
-    moe_reference(in.hidden_states, in.router_logits, in.correction_bias, *in.config, *in.weights, out,
-                  in.options);
+    moe_reference(in.hidden_states, in.router_logits, in.correction_bias, *in.config, *in.weights,
+                  out, in.options);
     return;
   }
   // Backends added to run_backend_names() are dispatched here.
@@ -81,19 +83,23 @@ void run_layer_on_backend(std::string_view backend, const LayerRunInputs& in, co
 RunJobReport run_job(const RunJobOptions& options) {
   const auto t_setup = std::chrono::steady_clock::now();
   MOEKIT_CHECK_ARG(options.tokens >= 0, "--tokens", ">= 0", options.tokens);
-  MOEKIT_CHECK_ARG(options.hidden_size >= 0, "--hidden", ">= 0 (0 = the preset's)", options.hidden_size);
+  MOEKIT_CHECK_ARG(options.hidden_size >= 0, "--hidden", ">= 0 (0 = the preset's)",
+                   options.hidden_size);
   MOEKIT_CHECK_ARG(options.intermediate_size >= 0, "--intermediate", ">= 0 (0 = the preset's)",
                    options.intermediate_size);
-  MOEKIT_CHECK_ARG(options.num_experts >= 0, "--experts", ">= 0 (0 = the preset's)", options.num_experts);
+  MOEKIT_CHECK_ARG(options.num_experts >= 0, "--experts", ">= 0 (0 = the preset's)",
+                   options.num_experts);
   const MoeNumerics numerics = parse_numerics(options.mode);
   const QuantConfig quant = parse_weight_quant(options.quant);
   const std::string backend = resolve_run_backend(options.backend);
   MoeLayerConfig config = layer_preset(options.preset);
   if (options.hidden_size || options.intermediate_size || options.num_experts)
-    config = scaled_layer_config(config, options.hidden_size, options.intermediate_size, options.num_experts);
+    config = scaled_layer_config(config, options.hidden_size, options.intermediate_size,
+                                 options.num_experts);
 
   const double weight_elems = double(config.num_experts) * double(config.hidden_size) *
-                              double(config.intermediate_size) * (is_gated(config.activation.kind) ? 3 : 2);
+                              double(config.intermediate_size) *
+                              (is_gated(config.activation.kind) ? 3 : 2);
   if (weight_elems * kHostBytesPerWeight > kHostLimitBytes) {
     std::ostringstream os;
     os << "run: preset " << config.name << " needs about "
@@ -106,7 +112,8 @@ RunJobReport run_job(const RunJobOptions& options) {
 
   const MoeWeights weights = random_moe_weights(config, quant, options.seed);
   const RouterWeights router = random_router_weights(config, options.seed + 1);
-  const Tensor hidden = random_hidden_states(options.tokens, config.hidden_size, DType::kBF16, options.seed + 2);
+  const Tensor hidden =
+      random_hidden_states(options.tokens, config.hidden_size, DType::kBF16, options.seed + 2);
   const Tensor logits = router_logits_reference(hidden, router);
 
   RunJobReport r;
@@ -141,11 +148,12 @@ RunJobReport run_job(const RunJobOptions& options) {
 
   const auto t_ref = std::chrono::steady_clock::now();
   const RoutingResult routing = route_reference(logits, router.correction_bias, config.routing);
-  const std::vector<double> ref =
-      cpu::moe_naive_reference(hidden, routing.topk_ids, routing.topk_weights, config, weights, in.options);
+  const std::vector<double> ref = cpu::moe_naive_reference(
+      hidden, routing.topk_ids, routing.topk_weights, config, weights, in.options);
   r.reference_ms = ms_since(t_ref);
   std::vector<char> touched(static_cast<std::size_t>(config.num_experts), 0);
-  for (std::int64_t s = 0; s < routing.topk_ids.numel(); ++s) touched[routing.topk_ids.ptr<std::int32_t>()[s]] = 1;
+  for (std::int64_t s = 0; s < routing.topk_ids.numel(); ++s)
+    touched[routing.topk_ids.ptr<std::int32_t>()[s]] = 1;
   for (char t : touched) r.experts_touched += t;
 
   const cpu::ErrorStats err = cpu::compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
@@ -155,7 +163,8 @@ RunJobReport run_job(const RunJobOptions& options) {
   for (double v : ref) sq += v * v;
   r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
   // An all-zero reference for M > 0 would make the check vacuous: count it as a failure.
-  r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (options.tokens == 0 || sq > 0);
+  r.pass =
+      std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (options.tokens == 0 || sq > 0);
   return r;
 }
 

@@ -1,8 +1,9 @@
 // MoeWeights::validate(): shapes, dtypes and scale shapes against the weight quant scheme.
+#include "moekit/moe/weights.hpp"
+
 #include <string>
 
 #include "moekit/core/error.hpp"
-#include "moekit/moe/weights.hpp"
 
 namespace moekit {
 
@@ -36,8 +37,8 @@ void check_quantized(const QuantizedTensor& q, const std::string& name, const Qu
   if (s.has_global_scale) {
     check_tensor(q.global_scale, name + ".global_scale", DType::kF32, s.global_scale, device);
   } else {
-    MOEKIT_CHECK_ARG(!q.global_scale.defined(), name + ".global_scale",
-                     "absent for " + quant.str(), q.global_scale.view().str());
+    MOEKIT_CHECK_ARG(!q.global_scale.defined(), name + ".global_scale", "absent for " + quant.str(),
+                     q.global_scale.view().str());
   }
 }
 
@@ -53,7 +54,8 @@ void MoeWeights::validate() const {
   const std::int64_t e = num_experts, h = hidden_size, i = intermediate_size;
   check_quantized(w13, "w13", quant, e, w13_rows(), h, dev);
   check_quantized(w2, "w2", quant, e, h, i, dev);
-  if (w13_bias.defined()) check_tensor(w13_bias, "w13_bias", DType::kF32, Shape{e, w13_rows()}, dev);
+  if (w13_bias.defined())
+    check_tensor(w13_bias, "w13_bias", DType::kF32, Shape{e, w13_rows()}, dev);
   if (w2_bias.defined()) check_tensor(w2_bias, "w2_bias", DType::kF32, Shape{e, h}, dev);
   if (a13_scale.defined()) check_tensor(a13_scale, "a13_scale", DType::kF32, Shape{e}, dev);
   if (a2_scale.defined()) check_tensor(a2_scale, "a2_scale", DType::kF32, Shape{e}, dev);

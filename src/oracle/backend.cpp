@@ -119,7 +119,7 @@ DeviceCapabilities DeviceCapabilities::cuda_sm(int sm_major, int sm_minor, std::
   d.is_cuda = true;
   d.sm_major = sm_major;
   d.sm_minor = sm_minor;
-  d.name = name.empty() ? "sm_" + std::to_string(sm_major * 10 + sm_minor) + " (assumed)" : name;
+  d.name = name.empty() ? std::string("assumed, not detected") : name;
   return d;
 }
 

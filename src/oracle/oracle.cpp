@@ -251,8 +251,18 @@ BackendSelection select_backend(const MoeProblem& p, const DeviceCapabilities& d
   p.validate();
   BackendSelection sel;
   sel.format = options.format.value_or(p.parallel.activation_format());
+  auto check = [&](Backend b) {
+    Support s = backend_supports(b, p, device, sel.format);
+    if (s && !options.executable.empty()) {
+      const std::string name = run_backend_for(b);
+      bool found = false;
+      for (const std::string& e : options.executable) found |= e == name;
+      if (!found) s = Support::no("accepted, but not executable by this tool");
+    }
+    return s;
+  };
   for (Backend b : backend_priority(p, device, sel.format)) {
-    const Support s = backend_supports(b, p, device, sel.format);
+    const Support s = check(b);
     sel.candidates.push_back({b, s.ok, s.reason});
   }
   if (!options.override_name.empty() && options.override_name != "auto") {
@@ -266,7 +276,7 @@ BackendSelection select_backend(const MoeProblem& p, const DeviceCapabilities& d
       MOEKIT_FAIL("backend override '", options.override_name, "' (from ", options.override_source,
                   ") is not a known backend; valid: ", valid);
     }
-    Support s = backend_supports(*b, p, device, sel.format);
+    Support s = check(*b);
     if (!s) {
       MOEKIT_FAIL("backend override '", moe_backend_name(*b), "' (from ", options.override_source,
                   ") cannot run this problem: ", s.reason, " [", p.str(), " on ", device.str(), "]");
@@ -289,8 +299,10 @@ BackendSelection select_backend(const MoeProblem& p, const DeviceCapabilities& d
 }
 
 BackendSelection select_backend_for_run(const MoeProblem& p, const DeviceCapabilities& device,
-                                        std::string_view cli_backend) {
+                                        std::string_view cli_backend,
+                                        const std::vector<std::string>& executable) {
   SelectOptions o;
+  o.executable = executable;
   if (!cli_backend.empty() && cli_backend != "auto") {
     o.override_name = std::string(cli_backend);
     o.override_source = "--backend";
@@ -331,8 +343,7 @@ MoeProblem cli_problem(std::string_view preset, std::string_view weight_quant, s
 
 std::string run_backend_for(Backend backend) {
   if (backend == Backend::kCpuReference) return "reference";
-  MOEKIT_FAIL("`moekit run` cannot execute backend '", moe_backend_name(backend),
-              "' yet (it runs: reference)");
+  return std::string(moe_backend_name(backend));
 }
 
 FusedMoEKernel make_moe_kernel(Backend backend, const MoeProblem& p, FusedMoEOptions options) {

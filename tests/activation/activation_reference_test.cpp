@@ -16,8 +16,10 @@ using reftest::expect_error;
 
 double expected(Activation a, double g, double u) {
   switch (a) {
-    case Activation::kSiluAndMul: return g / (1 + std::exp(-g)) * u;
-    case Activation::kGeluErfAndMul: return 0.5 * g * std::erfc(-g / std::numbers::sqrt2) * u;
+    case Activation::kSiluAndMul:
+      return g / (1 + std::exp(-g)) * u;
+    case Activation::kGeluErfAndMul:
+      return 0.5 * g * std::erfc(-g / std::numbers::sqrt2) * u;
     case Activation::kGeluTanhAndMul: {
       const double inner = std::sqrt(2 / std::numbers::pi) * (g + 0.044715 * std::pow(g, 3));
       return 0.5 * g * (1 + std::tanh(inner)) * u;
@@ -27,7 +29,8 @@ double expected(Activation a, double g, double u) {
       const double lin = u > 7.0 ? 7.0 : (u < -7.0 ? -7.0 : u);
       return glu / (1 + std::exp(-1.702 * glu)) * (lin + 1);
     }
-    case Activation::kRelu2: return g > 0 ? g * g : 0;
+    case Activation::kRelu2:
+      return g > 0 ? g * g : 0;
   }
   return NAN;
 }
@@ -85,7 +88,8 @@ TEST(Activation, HandValues) {
   ActivationConfig c;
   c.kind = Activation::kSwigluOai;
   // gate 10 clamps to 7; up -9 clamps to -7: 7 * sigmoid(1.702*7) * (-6).
-  EXPECT_NEAR(activation_scalar(c, 10.0, -9.0), 7.0 / (1 + std::exp(-double(1.702f) * 7)) * -6.0, 1e-12);
+  EXPECT_NEAR(activation_scalar(c, 10.0, -9.0), 7.0 / (1 + std::exp(-double(1.702f) * 7)) * -6.0,
+              1e-12);
   c.kind = Activation::kSiluAndMul;
   EXPECT_DOUBLE_EQ(activation_scalar(c, 0.0, 5.0), 0.0);
   c.kind = Activation::kRelu2;

@@ -1,6 +1,10 @@
 // The library function behind `moekit run` (run_job), and the built `moekit` binary when it sits
 // next to the test binary (build/moekit beside build/tests/moekit_tests).
+#include "moekit/moe/run_job.hpp"
+
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -8,11 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "moe/moe_test_util.hpp"
-#include "moekit/moe/run_job.hpp"
 
 namespace moekit {
 namespace {
@@ -36,8 +36,8 @@ TEST(RunJob, EmbeddedDefaultJobPasses) {
   EXPECT_GT(r.output_rms, 0.05);  // O(1) outputs: the check is not vacuous
   EXPECT_GT(r.experts_touched, 1);
   const std::string text = r.text();
-  for (const char* needle : {"tokens 64", "experts 8", "top-k 2", "H 256", "I 512", "nvfp4", "backend reference",
-                             "relative L2", "max abs", "PASS"}) {
+  for (const char* needle : {"tokens 64", "experts 8", "top-k 2", "H 256", "I 512", "nvfp4",
+                             "backend reference", "relative L2", "max abs", "PASS"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << needle << " missing from:\n" << text;
   }
   // Deterministic: the same job gives the same error.
@@ -99,7 +99,8 @@ TEST(RunJob, FailingReportSaysFail) {
   r.relative_l2 = 0.5;
   r.bound = 1e-5;
   r.pass = false;
-  EXPECT_NE(r.text().find("FAIL: relative L2 5.000e-01 exceeds bound"), std::string::npos) << r.text();
+  EXPECT_NE(r.text().find("FAIL: relative L2 5.000e-01 exceeds bound"), std::string::npos)
+      << r.text();
   EXPECT_EQ(nlohmann::json::parse(r.json()).at("pass"), false);
 }
 
@@ -139,7 +140,8 @@ std::filesystem::path cli_binary() {
 TEST(RunBinary, DefaultJobAndBadBackend) {
   const auto bin = cli_binary();
   if (bin.empty()) GTEST_SKIP() << "moekit binary not found beside the test binary";
-  const auto out = std::filesystem::temp_directory_path() / ("moekit_run_test_" + std::to_string(::getpid()));
+  const auto out =
+      std::filesystem::temp_directory_path() / ("moekit_run_test_" + std::to_string(::getpid()));
   const std::string ok = bin.string() + " run --tokens 8 --json > " + out.string() + " 2>&1";
   ASSERT_EQ(std::system(ok.c_str()), 0) << ok;
   std::ifstream f(out);

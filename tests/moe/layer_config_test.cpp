@@ -1,12 +1,13 @@
 // Presets (the table of docs/performance.md), scaled copies, MoeLayerConfig / MoeWeights
 // validation and the deterministic random weights.
+#include "moekit/moe/layer_config.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "moe/moe_test_util.hpp"
-#include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/random_weights.hpp"
 
 namespace moekit {
@@ -26,9 +27,12 @@ struct Row {
 TEST(Presets, MatchPerformanceTable) {
   const Row rows[] = {
       {"tiny", 8, 2, 256, 512, 0, RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul},
-      {"mixtral-8x7b", 8, 2, 4096, 14336, 0, RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul},
-      {"qwen3-30b-a3b", 128, 8, 2048, 768, 0, RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul},
-      {"qwen3-235b-a22b", 128, 8, 4096, 1536, 0, RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul},
+      {"mixtral-8x7b", 8, 2, 4096, 14336, 0, RoutingMethod::kRenormalizeNaive,
+       Activation::kSiluAndMul},
+      {"qwen3-30b-a3b", 128, 8, 2048, 768, 0, RoutingMethod::kRenormalizeNaive,
+       Activation::kSiluAndMul},
+      {"qwen3-235b-a22b", 128, 8, 4096, 1536, 0, RoutingMethod::kRenormalizeNaive,
+       Activation::kSiluAndMul},
       {"deepseek-v3", 256, 8, 7168, 2048, 1, RoutingMethod::kDeepSeekV3, Activation::kSiluAndMul},
       {"gpt-oss-20b", 32, 4, 2880, 2880, 0, RoutingMethod::kRenormalize, Activation::kSwigluOai},
       {"gpt-oss-120b", 128, 4, 2880, 2880, 0, RoutingMethod::kRenormalize, Activation::kSwigluOai},
@@ -131,7 +135,8 @@ TEST(RandomWeights, DeterministicAndScaled) {
 TEST(RandomWeights, EverySchemeValidatesAndBiasesFollowConfig) {
   MOEKIT_REF_SEED(seed);
   const MoeLayerConfig c = scaled_layer_config(layer_preset("gpt-oss-20b"), 256, 128, 4);
-  for (const char* q : {"bf16", "fp8_tensor", "fp8_block", "nvfp4", "mxfp4", "nvfp4/swizzled_128x4"}) {
+  for (const char* q :
+       {"bf16", "fp8_tensor", "fp8_block", "nvfp4", "mxfp4", "nvfp4/swizzled_128x4"}) {
     SCOPED_TRACE(q);
     MoeWeights w = random_moe_weights(c, parse_quant_config(q), seed);
     EXPECT_NO_THROW(w.validate());
@@ -142,7 +147,8 @@ TEST(RandomWeights, EverySchemeValidatesAndBiasesFollowConfig) {
   EXPECT_EQ(r.weight.shape(), (Shape{4, 256}));
   EXPECT_TRUE(r.bias.defined());
   EXPECT_FALSE(r.correction_bias.defined());
-  RouterWeights ds = random_router_weights(scaled_layer_config(layer_preset("deepseek-v3"), 64, 32, 16), seed);
+  RouterWeights ds =
+      random_router_weights(scaled_layer_config(layer_preset("deepseek-v3"), 64, 32, 16), seed);
   EXPECT_TRUE(ds.correction_bias.defined());
   EXPECT_FALSE(ds.bias.defined());
 }

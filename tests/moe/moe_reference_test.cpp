@@ -32,27 +32,33 @@ struct Problem {
 
 Problem make_problem(const MoeLayerConfig& c, const char* quant, std::int64_t m, std::uint64_t seed,
                      DType hidden_dtype = DType::kF32) {
-  Problem p{c, random_moe_weights(c, parse_quant_config(quant), seed), random_router_weights(c, seed + 1),
-            random_hidden_states(m, c.hidden_size, hidden_dtype, seed + 2), {}};
+  Problem p{c,
+            random_moe_weights(c, parse_quant_config(quant), seed),
+            random_router_weights(c, seed + 1),
+            random_hidden_states(m, c.hidden_size, hidden_dtype, seed + 2),
+            {}};
   Tensor logits = router_logits_reference(p.hidden, p.router);
   p.routing = route_reference(logits, p.router.correction_bias, c.routing);
   return p;
 }
 
 // Runs the reference (output poisoned first) and the naive layer; returns ||out-ref||/||ref||.
-double run_and_compare(const Problem& p, const MoeReferenceOptions& opt = {}, Tensor* out_copy = nullptr) {
+double run_and_compare(const Problem& p, const MoeReferenceOptions& opt = {},
+                       Tensor* out_copy = nullptr) {
   const std::int64_t m = p.hidden.shape()[0], h = p.config.hidden_size;
   Tensor out(DType::kF32, Shape{m, h});
-  std::fill(out.ptr<float>(), out.ptr<float>() + out.numel(), std::numeric_limits<float>::quiet_NaN());
-  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, out, opt);
+  std::fill(out.ptr<float>(), out.ptr<float>() + out.numel(),
+            std::numeric_limits<float>::quiet_NaN());
+  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights,
+                       out, opt);
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     if (!std::isfinite(out.ptr<float>()[i])) {
       ADD_FAILURE() << "element " << i << " not written or not finite";
       return INFINITY;
     }
   }
-  const std::vector<double> ref = cpu::moe_naive_reference(p.hidden, p.routing.topk_ids,
-                                                           p.routing.topk_weights, p.config, p.weights, opt);
+  const std::vector<double> ref = cpu::moe_naive_reference(
+      p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, opt);
   double norm = 0;
   for (double v : ref) norm += v * v;
   if (m > 0) {
@@ -70,6 +76,10 @@ struct PresetCase {
   const char* quant;
   std::int64_t m;
 };
+
+void PrintTo(const PresetCase& c, std::ostream* os) {
+  *os << c.preset << " H=" << c.h << " I=" << c.i << " E=" << c.e << " " << c.quant << " M=" << c.m;
+}
 
 class MoeVsNaive : public ::testing::TestWithParam<PresetCase> {};
 
@@ -100,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
-MoeLayerConfig small(const char* preset = "tiny") { return scaled_layer_config(layer_preset(preset), 128, 64, 8); }
+MoeLayerConfig small(const char* preset = "tiny") {
+  return scaled_layer_config(layer_preset(preset), 128, 64, 8);
+}
 
 TEST(MoeReference, ZeroTokens) {
   MOEKIT_REF_SEED(seed);
@@ -112,7 +124,8 @@ TEST(MoeReference, OneTokenAndFewerTokensThanTopK) {
   MOEKIT_REF_SEED(seed);
   Problem one = make_problem(small(), "mxfp4", 1, seed);
   EXPECT_LT(run_and_compare(one), kFp32Bound);
-  const MoeLayerConfig qwen = scaled_layer_config(layer_preset("qwen3-30b-a3b"), 64, 32, 16);  // k = 8
+  const MoeLayerConfig qwen =
+      scaled_layer_config(layer_preset("qwen3-30b-a3b"), 64, 32, 16);  // k = 8
   Problem few = make_problem(qwen, "bf16", 3, seed, DType::kBF16);
   EXPECT_LT(run_and_compare(few), kFp32Bound);
 }
@@ -250,7 +263,8 @@ TEST(MoeReferenceEmulate, StaticNvfp4ScalesAreUsedAndMustAgree) {
   run_and_compare(p, emu, &dynamic_out);
   // A deliberately coarse static encode scale (amax 4x too large) changes the result.
   float amax = 0;
-  for (std::int64_t i = 0; i < p.hidden.numel(); ++i) amax = std::max(amax, std::fabs(p.hidden.ptr<float>()[i]));
+  for (std::int64_t i = 0; i < p.hidden.numel(); ++i)
+    amax = std::max(amax, std::fabs(p.hidden.ptr<float>()[i]));
   p.weights.a13_scale = Tensor(DType::kF32, Shape{8});
   p.weights.a2_scale = Tensor(DType::kF32, Shape{8});
   for (int e = 0; e < 8; ++e) {
@@ -262,9 +276,12 @@ TEST(MoeReferenceEmulate, StaticNvfp4ScalesAreUsedAndMustAgree) {
   EXPECT_NE(std::memcmp(static_out.data(), dynamic_out.data(), static_out.nbytes()), 0);
   p.weights.a13_scale.ptr<float>()[3] *= 2;
   Tensor out(DType::kF32, Shape{25, 128});
-  expect_error([&] {
-    moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, out, emu);
-  }, {"a13_scale[3]"});
+  expect_error(
+      [&] {
+        moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config,
+                             p.weights, out, emu);
+      },
+      {"a13_scale[3]"});
 }
 
 // ---- validation -------------------------------------------------------------------------------
@@ -273,7 +290,8 @@ TEST(MoeReferenceValidation, MessagesNameTheArgument) {
   MOEKIT_REF_SEED(seed);
   Problem p = make_problem(small(), "bf16", 4, seed);
   Tensor out(DType::kF32, Shape{4, 128});
-  auto run = [&](const TensorView& hidden, const TensorView& ids, const TensorView& w, const TensorView& o) {
+  auto run = [&](const TensorView& hidden, const TensorView& ids, const TensorView& w,
+                 const TensorView& o) {
     moe_reference_routed(hidden, ids, w, p.config, p.weights, o);
   };
   p.routing.topk_ids.ptr<std::int32_t>()[5] = 8;
@@ -287,20 +305,27 @@ TEST(MoeReferenceValidation, MessagesNameTheArgument) {
   expect_error([&] { run(bad_hidden, p.routing.topk_ids, p.routing.topk_weights, out); },
                {"hidden_states.shape[1]", "128", "64"});
   Tensor ids3(DType::kI32, Shape{4, 3});
-  expect_error([&] { run(p.hidden, ids3, p.routing.topk_weights, out); }, {"topk_ids shape", "[4, 2]"});
+  expect_error([&] { run(p.hidden, ids3, p.routing.topk_weights, out); },
+               {"topk_ids shape", "[4, 2]"});
   Tensor hidden_i32(DType::kI32, Shape{4, 128});
   expect_error([&] { run(hidden_i32, p.routing.topk_ids, p.routing.topk_weights, out); },
                {"hidden_states dtype"});
   MoeLayerConfig other = p.config;
   other.intermediate_size = 32;
-  expect_error([&] {
-    moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, other, p.weights, out);
-  }, {"weights.intermediate_size", "32", "64"});
+  expect_error(
+      [&] {
+        moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, other, p.weights,
+                             out);
+      },
+      {"weights.intermediate_size", "32", "64"});
   MoeLayerConfig biased = p.config;
   biased.has_bias = true;
-  expect_error([&] {
-    moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, biased, p.weights, out);
-  }, {"w13_bias"});
+  expect_error(
+      [&] {
+        moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, biased,
+                             p.weights, out);
+      },
+      {"w13_bias"});
   expect_error([] { parse_numerics("w4a4"); }, {"mode", "w4a16|emulate"});
 }
 

@@ -29,8 +29,8 @@ inline std::uint64_t base_seed() {
 }
 
 // Logs the seed for the current test (reproduce with MOEKIT_TEST_SEED=<seed>).
-#define MOEKIT_REF_SEED(var)                                                          \
-  const std::uint64_t var = ::moekit::reftest::base_seed();                           \
+#define MOEKIT_REF_SEED(var)                                                        \
+  const std::uint64_t var = ::moekit::reftest::base_seed();                         \
   SCOPED_TRACE("seed " + std::to_string(var) + " (MOEKIT_TEST_SEED to reproduce)"); \
   ::testing::Test::RecordProperty("seed", std::to_string(var))
 

@@ -106,13 +106,15 @@ TEST(Routing, DeepSeekV3GroupsRestrictSelection) {
   // s = 0.5 everywhere; b = 0.5 + bias = {.5 .6 | .95 .2 | .55 .5 | .7 .75}
   // group scores 1.1, 1.15, 1.05, 1.45 -> keep groups 3 and 1 -> experts {2, 7, 6, 3}
   // (expert 1, b = 0.6, is excluded with its group).
-  Routed r = route(std::vector<float>(8, 0.0f), 8, c, {0, 0.1f, 0.45f, -0.3f, 0.05f, 0, 0.2f, 0.25f});
+  Routed r =
+      route(std::vector<float>(8, 0.0f), 8, c, {0, 0.1f, 0.45f, -0.3f, 0.05f, 0, 0.2f, 0.25f});
   EXPECT_EQ(r.ids, (std::vector<int>{2, 7, 6, 3}));
   for (float w : r.weights) EXPECT_FLOAT_EQ(w, 2.5f / 4);
   // Without groups expert 1 is chosen.
   c.num_expert_groups = 1;
   c.topk_group = 1;
-  Routed u = route(std::vector<float>(8, 0.0f), 8, c, {0, 0.1f, 0.45f, -0.3f, 0.05f, 0, 0.2f, 0.25f});
+  Routed u =
+      route(std::vector<float>(8, 0.0f), 8, c, {0, 0.1f, 0.45f, -0.3f, 0.05f, 0, 0.2f, 0.25f});
   EXPECT_EQ(u.ids, (std::vector<int>{2, 7, 6, 1}));
 }
 
@@ -176,7 +178,8 @@ NaiveRow naive_route(const float* l, const float* bias, int e, const RoutingConf
   const int k = c.top_k;
   std::vector<float> score(l, l + e);
   std::vector<char> ok(static_cast<std::size_t>(e), 1);
-  const bool biased = c.method == RoutingMethod::kDeepSeekV3 || c.method == RoutingMethod::kMiniMax2;
+  const bool biased =
+      c.method == RoutingMethod::kDeepSeekV3 || c.method == RoutingMethod::kMiniMax2;
   if (biased) {
     for (int i = 0; i < e; ++i) score[i] = 1.0f / (1.0f + std::exp(-l[i])) + bias[i];
     const int g = c.method == RoutingMethod::kDeepSeekV3 ? c.num_expert_groups : 1;
@@ -209,13 +212,23 @@ NaiveRow naive_route(const float* l, const float* bias, int e, const RoutingConf
   for (int id : r.ids) {
     const double x = l[id];
     switch (c.method) {
-      case RoutingMethod::kDefault: r.w.push_back(std::exp(x - mx) / all); break;
+      case RoutingMethod::kDefault:
+        r.w.push_back(std::exp(x - mx) / all);
+        break;
       case RoutingMethod::kRenormalize:
-      case RoutingMethod::kRenormalizeNaive: r.w.push_back(std::exp(x - mx) / chosen_exp); break;
-      case RoutingMethod::kTopK: r.w.push_back(x); break;
+      case RoutingMethod::kRenormalizeNaive:
+        r.w.push_back(std::exp(x - mx) / chosen_exp);
+        break;
+      case RoutingMethod::kTopK:
+        r.w.push_back(x);
+        break;
       case RoutingMethod::kSigmoid:
-      case RoutingMethod::kLlama4: r.w.push_back(sig(x)); break;
-      case RoutingMethod::kSigmoidRenorm: r.w.push_back(sig(x) / chosen_sig); break;
+      case RoutingMethod::kLlama4:
+        r.w.push_back(sig(x));
+        break;
+      case RoutingMethod::kSigmoidRenorm:
+        r.w.push_back(sig(x) / chosen_sig);
+        break;
       case RoutingMethod::kDeepSeekV3:
       case RoutingMethod::kMiniMax2:
         r.w.push_back(sig(x) / chosen_sig * c.routed_scaling_factor);
@@ -280,7 +293,8 @@ TEST(Routing, RandomRowsMatchFloat64Naive) {
 TEST(RoutingValidation, MessagesNameTheArgument) {
   Tensor l(DType::kF32, Shape{2, 8});
   std::fill(l.ptr<float>(), l.ptr<float>() + 16, 0.0f);
-  expect_error([&] { route_reference(l, {}, cfg(RoutingMethod::kRenormalize, 9)); }, {"top_k", "9"});
+  expect_error([&] { route_reference(l, {}, cfg(RoutingMethod::kRenormalize, 9)); },
+               {"top_k", "9"});
   expect_error([&] { route_reference(l, {}, cfg(RoutingMethod::kRenormalize, 0)); }, {"top_k"});
   RoutingConfig ds = cfg(RoutingMethod::kDeepSeekV3, 2);
   Tensor bias = Tensor::zeros(DType::kF32, Shape{8});
@@ -305,22 +319,26 @@ TEST(RoutingValidation, MessagesNameTheArgument) {
   grouped.num_expert_groups = 2;
   expect_error([&] { route_reference(l, {}, grouped); }, {"num_expert_groups"});
   Tensor l1(DType::kF32, Shape{8});
-  expect_error([&] { route_reference(l1, {}, cfg(RoutingMethod::kRenormalize, 2)); }, {"logits rank"});
+  expect_error([&] { route_reference(l1, {}, cfg(RoutingMethod::kRenormalize, 2)); },
+               {"logits rank"});
   Tensor li(DType::kI32, Shape{2, 8});
-  expect_error([&] { route_reference(li, {}, cfg(RoutingMethod::kRenormalize, 2)); }, {"logits dtype", "i32"});
+  expect_error([&] { route_reference(li, {}, cfg(RoutingMethod::kRenormalize, 2)); },
+               {"logits dtype", "i32"});
   Tensor ids(DType::kF32, Shape{2, 2}), w(DType::kF32, Shape{2, 2});
   expect_error([&] { route_reference(l, {}, cfg(RoutingMethod::kRenormalize, 2), ids, w); },
                {"topk_ids dtype"});
   Tensor ids3(DType::kI32, Shape{2, 3});
   expect_error([&] { route_reference(l, {}, cfg(RoutingMethod::kRenormalize, 2), ids3, w); },
                {"topk_ids shape", "[2, 2]", "[2, 3]"});
-  expect_error([] { parse_routing_method("softmax"); }, {"routing method", "deepseek_v3", "softmax"});
+  expect_error([] { parse_routing_method("softmax"); },
+               {"routing method", "deepseek_v3", "softmax"});
 }
 
 TEST(RoutingConfigNames, RoundTrip) {
-  for (auto m : {RoutingMethod::kDefault, RoutingMethod::kRenormalize, RoutingMethod::kRenormalizeNaive,
-                 RoutingMethod::kTopK, RoutingMethod::kSigmoid, RoutingMethod::kSigmoidRenorm,
-                 RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4, RoutingMethod::kMiniMax2}) {
+  for (auto m :
+       {RoutingMethod::kDefault, RoutingMethod::kRenormalize, RoutingMethod::kRenormalizeNaive,
+        RoutingMethod::kTopK, RoutingMethod::kSigmoid, RoutingMethod::kSigmoidRenorm,
+        RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4, RoutingMethod::kMiniMax2}) {
     EXPECT_EQ(parse_routing_method(routing_method_name(m)), m);
   }
   EXPECT_TRUE(routing_uses_bias(RoutingMethod::kDeepSeekV3));

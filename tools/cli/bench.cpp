@@ -3,6 +3,7 @@
 // baseline and the moekit experts in CUDA graphs with L2-cold weights; a table, optional JSON and
 // the command reproducing each row. Needs a CUDA build and an SM90 device; fails clearly otherwise.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 

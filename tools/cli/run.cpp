@@ -9,6 +9,7 @@
 #include "moekit/core/error.hpp"
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/run_job.hpp"
+#include "moekit/oracle/oracle.hpp"
 
 namespace {
 
@@ -34,10 +35,20 @@ void setup_run(CLI::App& sub) {
   sub.add_option("--hidden", opt->hidden_size, "Scale down: hidden size H (0 = the preset's)");
   sub.add_option("--intermediate", opt->intermediate_size,
                  "Scale down: intermediate size I (0 = the preset's)");
-  sub.add_option("--experts", opt->num_experts, "Scale down: number of experts E (0 = the preset's)");
+  sub.add_option("--experts", opt->num_experts,
+                 "Scale down: number of experts E (0 = the preset's)");
   sub.add_flag("--json", *json, "Print the report as JSON");
   sub.callback([opt, json] {
-    const moekit::RunJobReport report = moekit::run_job(*opt);
+    // The backend comes from the oracle: --backend, else MOEKIT_BACKEND, else the priority list
+    // restricted to what run_job executes; an unknown or refused backend fails with the reason.
+    const moekit::MoeProblem problem =
+        moekit::cli_problem(opt->preset, opt->quant, opt->tokens, opt->mode, 1, false,
+                            opt->hidden_size, opt->intermediate_size, opt->num_experts);
+    const moekit::BackendSelection selection = moekit::select_backend_for_run(
+        problem, moekit::DeviceCapabilities::detect(), opt->backend, moekit::run_backend_names());
+    moekit::RunJobOptions job = *opt;
+    job.backend = moekit::run_backend_for(selection.backend);
+    const moekit::RunJobReport report = moekit::run_job(job);
     std::fputs((*json ? report.json() + "\n" : report.text()).c_str(), stdout);
     std::fflush(stdout);
     if (!report.pass) {
@@ -49,4 +60,5 @@ void setup_run(CLI::App& sub) {
 
 }  // namespace
 
-MOEKIT_REGISTER_COMMAND(run, "Run one MoE layer on a backend and check it against the reference", setup_run);
+MOEKIT_REGISTER_COMMAND(run, "Run one MoE layer on a backend and check it against the reference",
+                        setup_run);

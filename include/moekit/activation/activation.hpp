@@ -19,7 +19,13 @@
 
 namespace moekit {
 
-enum class Activation : std::uint8_t { kSiluAndMul, kGeluErfAndMul, kGeluTanhAndMul, kSwigluOai, kRelu2 };
+enum class Activation : std::uint8_t {
+  kSiluAndMul,
+  kGeluErfAndMul,
+  kGeluTanhAndMul,
+  kSwigluOai,
+  kRelu2
+};
 enum class GateUpLayout : std::uint8_t { kHalves, kInterleaved };
 
 struct ActivationConfig {
@@ -31,7 +37,8 @@ struct ActivationConfig {
   void validate() const;  // SwiGLU-OAI: finite alpha, limit > 0
 };
 
-std::string_view activation_name(Activation a);  // "silu", "gelu_erf", "gelu_tanh", "swiglu_oai", "relu2"
+std::string_view activation_name(
+    Activation a);  // "silu", "gelu_erf", "gelu_tanh", "swiglu_oai", "relu2"
 Activation parse_activation(std::string_view name);
 std::string_view gate_up_layout_name(GateUpLayout l);  // "halves", "interleaved"
 GateUpLayout parse_gate_up_layout(std::string_view name);
@@ -43,7 +50,8 @@ std::int64_t activation_input_width(Activation a, std::int64_t intermediate_size
 double activation_scalar(const ActivationConfig& config, double gate, double up);
 
 // in: [T, 2I] (gated) or [T, I]; f32. out: [T, I] f32. Host, contiguous.
-void activation_reference(const TensorView& in, const ActivationConfig& config, const TensorView& out);
+void activation_reference(const TensorView& in, const ActivationConfig& config,
+                          const TensorView& out);
 
 // Raw-pointer form used by the CPU MoE layer: `rows` rows of `in` (row stride = input width)
 // into `out` (row stride = I).

@@ -13,15 +13,15 @@
 namespace moekit {
 
 struct MoeLayerConfig {
-  std::string name;                 // preset name or "custom"
-  int num_experts = 0;              // E (global)
-  std::int64_t hidden_size = 0;     // H
+  std::string name;                    // preset name or "custom"
+  int num_experts = 0;                 // E (global)
+  std::int64_t hidden_size = 0;        // H
   std::int64_t intermediate_size = 0;  // I (per expert)
-  int num_shared_experts = 0;       // informational: shared experts run as a dense MLP elsewhere
-  RoutingConfig routing;            // includes top_k
+  int num_shared_experts = 0;          // informational: shared experts run as a dense MLP elsewhere
+  RoutingConfig routing;               // includes top_k
   ActivationConfig activation;
-  bool has_bias = false;            // per-expert biases after each GEMM (gpt-oss)
-  bool has_router_bias = false;     // the router linear layer has a bias (gpt-oss)
+  bool has_bias = false;         // per-expert biases after each GEMM (gpt-oss)
+  bool has_router_bias = false;  // the router linear layer has a bias (gpt-oss)
   int top_k() const { return routing.top_k; }
   // E >= 1, H >= 1, I >= 1, routing valid for E, activation valid; throws moekit::Error naming
   // the bad field.

@@ -28,7 +28,7 @@
 namespace moekit {
 
 enum class MoeNumerics : std::uint8_t { kWeightOnly, kEmulateActivationQuant };
-std::string_view numerics_name(MoeNumerics n);     // "w4a16", "emulate"
+std::string_view numerics_name(MoeNumerics n);      // "w4a16", "emulate"
 MoeNumerics parse_numerics(std::string_view name);  // throws listing the valid names
 
 struct MoeReferenceOptions {

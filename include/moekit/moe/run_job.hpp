@@ -80,7 +80,8 @@ struct LayerRunInputs {
   MoeReferenceOptions options;
 };
 // Runs the layer on `backend` (a resolved name); out: [M, H] f32 host.
-void run_layer_on_backend(std::string_view backend, const LayerRunInputs& inputs, const TensorView& out);
+void run_layer_on_backend(std::string_view backend, const LayerRunInputs& inputs,
+                          const TensorView& out);
 
 RunJobReport run_job(const RunJobOptions& options);
 

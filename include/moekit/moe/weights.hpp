@@ -16,7 +16,8 @@ struct MoeWeights {
   int num_experts = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
-  QuantConfig quant;  // scheme of w13 and w2: kBF16, kFP8PerTensor, kFP8Block128x128, kNVFP4, kMXFP4
+  // Scheme of w13 and w2: kBF16, kFP8PerTensor, kFP8Block128x128, kNVFP4, kMXFP4.
+  QuantConfig quant;
   // true: w13 = [gate; up] with 2I rows (gated activations). false: w13 is w1 alone with I rows
   // (non-gated activations such as ReLU^2); everything written "2I" below is then I.
   bool gated = true;

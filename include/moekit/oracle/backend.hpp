@@ -65,7 +65,7 @@ struct DeviceCapabilities {
   bool is_cuda = false;
   int sm_major = 0;
   int sm_minor = 0;
-  std::string name;  // "cpu", "NVIDIA H200", "sm_100 (assumed)"
+  std::string name;  // "cpu", "NVIDIA H200", or "assumed, not detected" for parse()
   int sm() const { return sm_major * 10 + sm_minor; }
   std::string str() const;  // "cpu" or "sm_90"
   static DeviceCapabilities cpu();

@@ -41,8 +41,11 @@ struct BackendSelection {
 
 struct SelectOptions {
   std::optional<ActivationFormat> format;  // default: problem.parallel.activation_format()
-  std::string override_name;               // "" = none (a CLI flag value)
+  std::string override_name;               // "" or "auto" = none (a CLI flag value)
   std::string override_source = "--backend";
+  // Names of the backends the caller can execute (e.g. run_backend_names() of `moekit run`;
+  // "reference" stands for cpu_reference). Empty = all. Others are refused with a reason.
+  std::vector<std::string> executable;
 };
 
 // The backends tried for a problem, best first (priority list of its quant scheme and format).
@@ -58,9 +61,11 @@ BackendSelection select_backend(const MoeProblem& problem, const DeviceCapabilit
 
 // What `moekit run` uses: the override is the --backend value if non-empty, else the
 // MOEKIT_BACKEND environment variable if set and non-empty, else none.
+// `executable`: as SelectOptions::executable.
 BackendSelection select_backend_for_run(const MoeProblem& problem,
                                         const DeviceCapabilities& device,
-                                        std::string_view cli_backend = {});
+                                        std::string_view cli_backend = {},
+                                        const std::vector<std::string>& executable = {});
 
 // The problem the CLI (`moekit run`, `moekit oracle`) describes: a layer preset (scaled down where
 // hidden/intermediate/experts > 0), a weight quant string (parse_quant_config), M tokens, a
@@ -72,8 +77,7 @@ MoeProblem cli_problem(std::string_view preset, std::string_view weight_quant, s
                        bool low_latency = false, std::int64_t hidden_size = 0,
                        std::int64_t intermediate_size = 0, int num_experts = 0);
 
-// The `moekit run` backend name for a selection ("reference" for cpu_reference), or moekit::Error
-// when `moekit run` cannot execute that backend.
+// The `moekit run` backend name of a backend: "reference" for cpu_reference, else its name.
 std::string run_backend_for(Backend backend);
 
 // A ready-to-prepare kernel for a selected backend (CPU backends built in; CUDA ones through the

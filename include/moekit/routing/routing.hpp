@@ -37,9 +37,9 @@ enum class RoutingMethod : std::uint8_t {
 struct RoutingConfig {
   RoutingMethod method = RoutingMethod::kRenormalize;
   int top_k = 1;
-  int num_expert_groups = 1;            // DeepSeekV3 (1 = no grouping)
-  int topk_group = 1;                   // DeepSeekV3
-  float routed_scaling_factor = 1.0f;   // DeepSeekV3 / MiniMax2
+  int num_expert_groups = 1;           // DeepSeekV3 (1 = no grouping)
+  int topk_group = 1;                  // DeepSeekV3
+  float routed_scaling_factor = 1.0f;  // DeepSeekV3 / MiniMax2
   std::string str() const;
   // Checks the config against E experts: 1 <= top_k <= E; for DeepSeekV3 groups >= 1 dividing E,
   // 1 <= topk_group <= groups, top_k <= topk_group * E / groups; finite scaling factor > 0.

@@ -18,8 +18,8 @@ TensorView slice_leading(const Tensor& t, int expert) {
   if (rest.empty()) rest.push_back(1);
   const Shape inner(rest);
   auto* base = static_cast<unsigned char*>(t.data());
-  const std::size_t offset =
-      static_cast<std::size_t>(expert) * static_cast<std::size_t>(inner.numel()) * dtype_size(t.dtype());
+  const std::size_t offset = static_cast<std::size_t>(expert) *
+                             static_cast<std::size_t>(inner.numel()) * dtype_size(t.dtype());
   return TensorView(base + offset, t.dtype(), inner, t.device());
 }
 

@@ -1,7 +1,5 @@
 // The CPU reference MoE layer (reference.hpp): validation, routing, permutation by expert,
 // per-expert dequantized fp32 GEMMs parallelized over (expert, token tile), and the combine.
-#include "moekit/moe/reference.hpp"
-
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -13,6 +11,7 @@
 #include "moekit/activation/activation.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/parallel.hpp"
+#include "moekit/moe/reference.hpp"
 #include "moekit/quant/quantize.hpp"
 #include "moekit/routing/routing.hpp"
 
@@ -31,7 +30,8 @@ struct WorkItem {
 
 void check_host_2d(const TensorView& t, const char* name, DType dtype, const Shape& shape) {
   MOEKIT_CHECK_ARG(t.defined(), name, std::string(dtype_name(dtype)) + shape.str(), "absent");
-  MOEKIT_CHECK_ARG(t.dtype == dtype, std::string(name) + " dtype", dtype_name(dtype), dtype_name(t.dtype));
+  MOEKIT_CHECK_ARG(t.dtype == dtype, std::string(name) + " dtype", dtype_name(dtype),
+                   dtype_name(t.dtype));
   MOEKIT_CHECK_ARG(t.shape == shape, std::string(name) + " shape", shape.str(), t.shape.str());
   MOEKIT_CHECK_ARG(t.device.is_host(), std::string(name) + " device", "host", t.device.str());
   MOEKIT_CHECK_ARG(t.is_contiguous(), std::string(name) + " layout", "contiguous", "strided");
@@ -77,14 +77,28 @@ QuantConfig default_activation_quant(QuantScheme weight_scheme) {
   QuantConfig c;
   switch (weight_scheme) {
     case QuantScheme::kNVFP4:
-    case QuantScheme::kNVFP4PerToken: c.scheme = QuantScheme::kNVFP4; break;
-    case QuantScheme::kMXFP4: c.scheme = QuantScheme::kMXFP8; break;
+    case QuantScheme::kNVFP4PerToken:
+      c.scheme = QuantScheme::kNVFP4;
+      break;
+    case QuantScheme::kMXFP4:
+      c.scheme = QuantScheme::kMXFP8;
+      break;
     case QuantScheme::kFP8Block128x128:
-    case QuantScheme::kFP8Block1x128: c.scheme = QuantScheme::kFP8Block1x128; break;
-    case QuantScheme::kFP8PerTensor: c.scheme = QuantScheme::kFP8PerTensor; break;
-    case QuantScheme::kFP8PerToken: c.scheme = QuantScheme::kFP8PerToken; break;
-    case QuantScheme::kMXFP8: c.scheme = QuantScheme::kMXFP8; break;
-    case QuantScheme::kBF16: c.scheme = QuantScheme::kBF16; break;
+    case QuantScheme::kFP8Block1x128:
+      c.scheme = QuantScheme::kFP8Block1x128;
+      break;
+    case QuantScheme::kFP8PerTensor:
+      c.scheme = QuantScheme::kFP8PerTensor;
+      break;
+    case QuantScheme::kFP8PerToken:
+      c.scheme = QuantScheme::kFP8PerToken;
+      break;
+    case QuantScheme::kMXFP8:
+      c.scheme = QuantScheme::kMXFP8;
+      break;
+    case QuantScheme::kBF16:
+      c.scheme = QuantScheme::kBF16;
+      break;
   }
   return c;
 }
@@ -95,7 +109,8 @@ void check_layer_matches_weights(const MoeLayerConfig& config, const MoeWeights&
   MOEKIT_CHECK_ARG(weights.hidden_size == config.hidden_size, "weights.hidden_size",
                    config.hidden_size, weights.hidden_size);
   MOEKIT_CHECK_ARG(weights.intermediate_size == config.intermediate_size,
-                   "weights.intermediate_size", config.intermediate_size, weights.intermediate_size);
+                   "weights.intermediate_size", config.intermediate_size,
+                   weights.intermediate_size);
   const bool gated = is_gated(config.activation.kind);
   MOEKIT_CHECK_ARG(weights.gated == gated, "weights.gated",
                    std::string(gated ? "true" : "false") + " for activation " +
@@ -114,8 +129,10 @@ Tensor router_logits_reference(const TensorView& hidden_states, const RouterWeig
   const std::int64_t m = hidden_states.size(0), h = hidden_states.size(1);
   const std::int64_t e = router.weight.shape()[0];
   detail::check_host_matrix_f32_or_bf16(router.weight, "router_logits_reference", "router.weight");
-  MOEKIT_CHECK_ARG(router.weight.shape()[1] == h, "router.weight.shape[1]", h, router.weight.shape()[1]);
-  if (router.bias.defined()) check_host_2d(router.bias.view(), "router.bias", DType::kF32, Shape{e});
+  MOEKIT_CHECK_ARG(router.weight.shape()[1] == h, "router.weight.shape[1]", h,
+                   router.weight.shape()[1]);
+  if (router.bias.defined())
+    check_host_2d(router.bias.view(), "router.bias", DType::kF32, Shape{e});
   Tensor logits(DType::kF32, Shape{m, e});
   std::vector<float> w(static_cast<std::size_t>(e * h));
   detail::load_f32(router.weight, 0, e * h, w.data());
@@ -174,9 +191,12 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
                      "in [0, " + std::to_string(num_experts) + ")", ids[s]);
   }
   const bool emulate = options.numerics == MoeNumerics::kEmulateActivationQuant;
-  const QuantConfig act = options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
-  const TensorView a13 = emulate ? static_activation_scale(weights.a13_scale, act, "a13_scale") : TensorView{};
-  const TensorView a2 = emulate ? static_activation_scale(weights.a2_scale, act, "a2_scale") : TensorView{};
+  const QuantConfig act =
+      options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
+  const TensorView a13 =
+      emulate ? static_activation_scale(weights.a13_scale, act, "a13_scale") : TensorView{};
+  const TensorView a2 =
+      emulate ? static_activation_scale(weights.a2_scale, act, "a2_scale") : TensorView{};
   if (m == 0) return;
 
   const float* slot_weight = topk_weights.ptr<const float>();
@@ -205,7 +225,8 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
   std::vector<std::int64_t> perm_slot(static_cast<std::size_t>(slots));
   {
     std::vector<std::int64_t> fill(offsets.begin(), offsets.end() - 1);
-    for (std::int64_t s = 0; s < slots; ++s) perm_slot[static_cast<std::size_t>(fill[ids[s]]++)] = s;
+    for (std::int64_t s = 0; s < slots; ++s)
+      perm_slot[static_cast<std::size_t>(fill[ids[s]]++)] = s;
   }
 
   // Dequantize the experts that received tokens, once.

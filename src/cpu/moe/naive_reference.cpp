@@ -19,16 +19,21 @@ namespace {
 
 double naive_activation(const ActivationConfig& a, double g, double u) {
   switch (a.kind) {
-    case Activation::kSiluAndMul: return g * u / (1.0 + std::exp(-g));
-    case Activation::kGeluErfAndMul: return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
+    case Activation::kSiluAndMul:
+      return g * u / (1.0 + std::exp(-g));
+    case Activation::kGeluErfAndMul:
+      return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
     case Activation::kGeluTanhAndMul:
-      return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * u;
+      return 0.5 * g *
+             (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * u;
     case Activation::kSwigluOai: {
       const double glu = std::min<double>(g, a.swiglu_limit);
       const double lin = std::clamp<double>(u, -a.swiglu_limit, a.swiglu_limit);
-      return glu * (1.0 / (1.0 + std::exp(-static_cast<double>(a.swiglu_alpha) * glu))) * (lin + 1.0);
+      return glu * (1.0 / (1.0 + std::exp(-static_cast<double>(a.swiglu_alpha) * glu))) *
+             (lin + 1.0);
     }
-    case Activation::kRelu2: return g > 0 ? g * g : 0.0;
+    case Activation::kRelu2:
+      return g > 0 ? g * g : 0.0;
   }
   return 0.0;
 }
@@ -55,20 +60,24 @@ std::vector<float> fake_quant(std::vector<float> x, std::int64_t rows, std::int6
 }  // namespace
 
 std::vector<double> moe_naive_reference(const TensorView& hidden_states, const TensorView& topk_ids,
-                                        const TensorView& topk_weights, const MoeLayerConfig& config,
-                                        const MoeWeights& weights, const MoeReferenceOptions& options) {
+                                        const TensorView& topk_weights,
+                                        const MoeLayerConfig& config, const MoeWeights& weights,
+                                        const MoeReferenceOptions& options) {
   config.validate();
   weights.validate();
   check_layer_matches_weights(config, weights);
-  const std::int64_t m = hidden_states.size(0), h = config.hidden_size, n = config.intermediate_size;
+  const std::int64_t m = hidden_states.size(0), h = config.hidden_size,
+                     n = config.intermediate_size;
   const int k = config.top_k(), num_experts = config.num_experts;
-  MOEKIT_CHECK_ARG(topk_ids.shape == Shape({m, k}), "topk_ids shape", Shape({m, k}).str(), topk_ids.shape.str());
+  MOEKIT_CHECK_ARG(topk_ids.shape == Shape({m, k}), "topk_ids shape", Shape({m, k}).str(),
+                   topk_ids.shape.str());
   const auto* ids = topk_ids.ptr<const std::int32_t>();
   const auto* tw = topk_weights.ptr<const float>();
   const bool gated = is_gated(config.activation.kind);
   const bool on_input = config.routing.method == RoutingMethod::kLlama4;
   const bool emulate = options.numerics == MoeNumerics::kEmulateActivationQuant;
-  const QuantConfig act = options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
+  const QuantConfig act =
+      options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
   const std::int64_t rows13 = gated ? 2 * n : n;
 
   // Dequantized weights of every expert used, widened to float64.
@@ -173,8 +182,8 @@ ErrorStats compare_to_reference(const float* out, const double* ref, std::int64_
   }
   ErrorStats s;
   s.max_abs = mx;
-  s.relative_l2 = den > 0 ? std::sqrt(num / den)
-                          : (num > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  s.relative_l2 =
+      den > 0 ? std::sqrt(num / den) : (num > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   if (std::isnan(num)) s.relative_l2 = std::numeric_limits<double>::quiet_NaN();
   return s;
 }

@@ -15,8 +15,8 @@ namespace moekit::cpu {
 // In kEmulateActivationQuant mode the GEMM inputs are rounded to fp32 and quantized with the
 // same quant op (a float64 pipeline with fp32 quantization points).
 std::vector<double> moe_naive_reference(const TensorView& hidden_states, const TensorView& topk_ids,
-                                        const TensorView& topk_weights, const MoeLayerConfig& config,
-                                        const MoeWeights& weights,
+                                        const TensorView& topk_weights,
+                                        const MoeLayerConfig& config, const MoeWeights& weights,
                                         const MoeReferenceOptions& options = {});
 
 // ||out - ref|| / ||ref|| (0 when both are zero; +inf when only ref is zero), and max |out - ref|.

@@ -119,7 +119,8 @@ void route_row(const float* logits, const float* bias, int num_experts, const Ro
       const double mx = logits[ids[0]];  // the first chosen is the largest (NaN aside)
       double denom = 0.0;
       for (int j = 0; j < k; ++j) denom += std::exp(static_cast<double>(logits[ids[j]]) - mx);
-      for (int j = 0; j < k; ++j) wd[j] = std::exp(static_cast<double>(logits[ids[j]]) - mx) / denom;
+      for (int j = 0; j < k; ++j)
+        wd[j] = std::exp(static_cast<double>(logits[ids[j]]) - mx) / denom;
       break;
     }
     case RoutingMethod::kTopK:
@@ -169,8 +170,10 @@ void route_reference(const TensorView& logits, const TensorView& correction_bias
   const int k = config.top_k;
 
   const Shape out_shape{m, k};
-  MOEKIT_CHECK_ARG(topk_ids.dtype == DType::kI32, "topk_ids dtype", "i32", dtype_name(topk_ids.dtype));
-  MOEKIT_CHECK_ARG(topk_ids.shape == out_shape, "topk_ids shape", out_shape.str(), topk_ids.shape.str());
+  MOEKIT_CHECK_ARG(topk_ids.dtype == DType::kI32, "topk_ids dtype", "i32",
+                   dtype_name(topk_ids.dtype));
+  MOEKIT_CHECK_ARG(topk_ids.shape == out_shape, "topk_ids shape", out_shape.str(),
+                   topk_ids.shape.str());
   check_host_contiguous(topk_ids, "topk_ids");
   MOEKIT_CHECK_ARG(topk_weights.dtype == DType::kF32, "topk_weights dtype", "f32",
                    dtype_name(topk_weights.dtype));
@@ -187,31 +190,33 @@ void route_reference(const TensorView& logits, const TensorView& correction_bias
     MOEKIT_CHECK_ARG(correction_bias.dtype == DType::kF32, "correction_bias dtype", "f32",
                      dtype_name(correction_bias.dtype));
     const Shape bias_shape{num_experts};
-    MOEKIT_CHECK_ARG(correction_bias.shape == bias_shape, "correction_bias shape",
-                     bias_shape.str(), correction_bias.shape.str());
+    MOEKIT_CHECK_ARG(correction_bias.shape == bias_shape, "correction_bias shape", bias_shape.str(),
+                     correction_bias.shape.str());
     check_host_contiguous(correction_bias, "correction_bias");
   } else {
-    MOEKIT_CHECK_ARG(!correction_bias.defined(), "correction_bias",
-                     std::string("absent for routing method ") +
-                         std::string(routing_method_name(config.method)),
-                     correction_bias.str());
+    MOEKIT_CHECK_ARG(
+        !correction_bias.defined(), "correction_bias",
+        std::string("absent for routing method ") + std::string(routing_method_name(config.method)),
+        correction_bias.str());
   }
   if (m == 0) return;
 
   const float* bias = needs_bias ? correction_bias.ptr<const float>() : nullptr;
   auto* ids = topk_ids.ptr<std::int32_t>();
   auto* weights = topk_weights.ptr<float>();
-  parallel_for(m, std::max<std::int64_t>(1, 16384 / num_experts), [&](std::int64_t b, std::int64_t e) {
-    RowScratch scratch;
-    scratch.logits.resize(static_cast<std::size_t>(num_experts));
-    std::vector<int> row_ids(static_cast<std::size_t>(k));
-    for (std::int64_t r = b; r < e; ++r) {
-      detail::load_f32(logits, r * num_experts, num_experts, scratch.logits.data());
-      route_row(scratch.logits.data(), bias, num_experts, config, scratch, row_ids.data(),
-                weights + r * k);
-      for (int j = 0; j < k; ++j) ids[r * k + j] = row_ids[static_cast<std::size_t>(j)];
-    }
-  });
+  parallel_for(m, std::max<std::int64_t>(1, 16384 / num_experts),
+               [&](std::int64_t b, std::int64_t e) {
+                 RowScratch scratch;
+                 scratch.logits.resize(static_cast<std::size_t>(num_experts));
+                 std::vector<int> row_ids(static_cast<std::size_t>(k));
+                 for (std::int64_t r = b; r < e; ++r) {
+                   detail::load_f32(logits, r * num_experts, num_experts, scratch.logits.data());
+                   route_row(scratch.logits.data(), bias, num_experts, config, scratch,
+                             row_ids.data(), weights + r * k);
+                   for (int j = 0; j < k; ++j)
+                     ids[r * k + j] = row_ids[static_cast<std::size_t>(j)];
+                 }
+               });
 }
 
 RoutingResult route_reference(const TensorView& logits, const TensorView& correction_bias,
