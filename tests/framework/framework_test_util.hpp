@@ -1,4 +1,6 @@
 // Helpers of the framework tests: small layers, expert slicing for EP, bitwise comparison.
+// small_layer uses k = 4 by default: with k <= 2 an fp32 sum is order-independent, so a wrong
+// reduction order would go unnoticed.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,7 +16,7 @@
 
 namespace moekit::testing {
 
-inline MoeLayerConfig small_layer(RoutingMethod method, Activation act, int e = 8, int k = 2,
+inline MoeLayerConfig small_layer(RoutingMethod method, Activation act, int e = 8, int k = 4,
                                   std::int64_t h = 128, std::int64_t i = 64) {
   MoeLayerConfig c;
   c.name = "test";

@@ -208,7 +208,7 @@ TEST(FusedMoE, CallerOwnedWorkspace) {
 }
 
 TEST(FusedMoE, ValidationNamesTheArgument) {
-  const MoeLayerConfig layer = small_layer(RoutingMethod::kRenormalize, Activation::kSiluAndMul);
+  const MoeLayerConfig layer = small_layer(RoutingMethod::kRenormalize, Activation::kSiluAndMul, 8, 2);
   const MoeWeights w = random_moe_weights(layer, parse_quant_config("bf16"), 1);
   const MoeProblem p = make_problem(layer, "bf16", "bf16", 4);
   FusedMoEKernel k(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts());

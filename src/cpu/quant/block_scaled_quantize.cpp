@@ -93,11 +93,11 @@ void quantize_block_scaled(const TensorView& x, const QuantConfig& config,
       }
       scales[g.scale_index(b, r, c)] = sf;
       if (fp4) {
+        // Codes first (a loop the compiler vectorizes), then the nibble packing.
+        std::uint8_t codes[32];
+        for (int j = 0; j < g.sfv; ++j) codes[j] = fp4_quantize_element(blk[j], out_scale);
         std::uint8_t* dst = vrow + c * g.sfv / 2;
-        for (int j = 0; j < g.sfv; j += 2) {
-          dst[j / 2] = pack_e2m1x2(fp4_quantize_element(blk[j], out_scale),
-                                   fp4_quantize_element(blk[j + 1], out_scale));
-        }
+        for (int j = 0; j < g.sfv; j += 2) dst[j / 2] = pack_e2m1x2(codes[j], codes[j + 1]);
       } else {
         std::uint8_t* dst = vrow + c * g.sfv;
         for (int j = 0; j < g.sfv; ++j) dst[j] = mxfp8_quantize_element(blk[j], out_scale);
@@ -123,15 +123,27 @@ void dequantize_block_scaled(const QuantizedView& q, const TensorView& out) {
       const float gs = scheme == QuantScheme::kNVFP4           ? gs_all[b]
                        : scheme == QuantScheme::kNVFP4PerToken ? gs_all[i]
                                                                : 1.0f;
-      for (std::int64_t k = 0; k < g.cols; ++k) {
-        const std::uint8_t sf = scales[g.scale_index(b, r, k / g.sfv)];
+      for (std::int64_t c = 0; c < g.kb; ++c) {
+        const std::uint8_t sf = scales[g.scale_index(b, r, c)];
+        float* d = dst + c * g.sfv;
         if (fp4) {
-          const std::uint8_t code = static_cast<std::uint8_t>(vrow[k / 2] >> ((k & 1) * 4)) & 0xF;
-          dst[k] = scheme == QuantScheme::kMXFP4
-                       ? mul_rn(e2m1_to_float(code), e8m0_to_float(sf))
-                       : nvfp4_dequantize_element(code, sf, gs);
+          // The value depends only on (code, sf, gs): a 16-entry table per block, same bits.
+          float lut[16];
+          for (int code = 0; code < 16; ++code) {
+            const auto cc = static_cast<std::uint8_t>(code);
+            lut[code] = scheme == QuantScheme::kMXFP4 ? mul_rn(e2m1_to_float(cc), e8m0_to_float(sf))
+                                                      : nvfp4_dequantize_element(cc, sf, gs);
+          }
+          const std::uint8_t* src = vrow + c * g.sfv / 2;
+          for (int j = 0; j < g.sfv / 2; ++j) {
+            d[2 * j] = lut[src[j] & 0xF];
+            d[2 * j + 1] = lut[src[j] >> 4];
+          }
         } else {
-          dst[k] = mul_rn(e4m3_to_float(vrow[k]), e8m0_to_float(sf));
+          const float* e4m3 = e4m3_values();
+          const float scale = e8m0_to_float(sf);
+          const std::uint8_t* src = vrow + c * g.sfv;
+          for (int j = 0; j < g.sfv; ++j) d[j] = mul_rn(e4m3[src[j]], scale);
         }
       }
     }

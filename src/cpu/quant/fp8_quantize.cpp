@@ -118,8 +118,12 @@ void dequantize_fp8(const QuantizedView& q, const TensorView& out) {
   float* dst = out.ptr<float>();
   parallel_for(d.batch * d.rows, row_grain(cols), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
-      for (std::int64_t k = 0; k < cols; ++k) {
-        dst[i * cols + k] = mul_rn(e4m3_to_float(values[i * cols + k]), scales[index(i, k)]);
+      const float* e4m3 = e4m3_values();
+      // Scales are constant over runs of 128 columns (or the whole row).
+      for (std::int64_t k0 = 0; k0 < cols; k0 += kGroup) {
+        const float s = scales[index(i, k0)];
+        const std::int64_t k1 = std::min(cols, k0 + kGroup);
+        for (std::int64_t k = k0; k < k1; ++k) dst[i * cols + k] = mul_rn(e4m3[values[i * cols + k]], s);
       }
     }
   });

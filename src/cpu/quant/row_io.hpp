@@ -35,10 +35,26 @@ inline void load_f32(const TensorView& x, std::int64_t offset, std::int64_t n, f
   }
 }
 
+// NaN-ignoring max |v| (= folding absmax_accumulate), computed on the bit patterns so that the
+// loop vectorizes: for non-negative non-NaN floats the integer order is the float order.
 inline float absmax(const float* v, std::int64_t n) {
-  float m = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) m = absmax_accumulate(m, v[i]);
-  return m;
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t u = f32_to_bits(v[i]) & 0x7FFFFFFFu;
+    u = u > 0x7F800000u ? 0u : u;
+    m = u > m ? u : m;
+  }
+  return bits_to_f32(m);
+}
+
+// The 256 e4m3 codes as fp32 (exact), for the dequantizers.
+inline const float* e4m3_values() {
+  static const auto table = [] {
+    std::vector<float> t(256);
+    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = e4m3_to_float(static_cast<std::uint8_t>(c));
+    return t;
+  }();
+  return table.data();
 }
 
 // Rows per parallel chunk so that a chunk is ~64K elements.
