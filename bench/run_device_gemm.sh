@@ -15,10 +15,10 @@ export MOEKIT_COMMIT=$(cat "$B/commit" 2>/dev/null || echo unknown)
 export MOEKIT_BENCH_CLOCKS="$(nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw --format=csv,noheader 2>&1)"
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 echo "== tests"
-"$B/moekit_gpu_tests" --gtest_filter='GroupedGemm*:SiluAndMul*:ExpertChain*' 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|rel_l2|Failure|error" | head -60
+"$B/moekit_gpu_tests" --gtest_filter='*GroupedGemm*:SiluAndMul*:ExpertChain*' 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|rel_l2|Failure|error" | head -60
 echo "== memcheck"
 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/moekit_gpu_tests" \
-  --gtest_filter='GroupedGemm/*.EmptyExpertsAndPartialTiles:GroupedGemm/*.SingleRow:GroupedGemm/*.NoRowsLeavesOutputUntouched:SiluAndMul.*:ExpertChain.*' \
+  --gtest_filter='*GroupedGemm.EmptyExpertsAndPartialTiles/*:*GroupedGemm.SingleRow/*:*GroupedGemm.NoRowsLeavesOutputUntouched/*:*GroupedGemm.GraphReplayFollowsDeviceOffsets/*:SiluAndMul.*:ExpertChain.*' \
   > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 echo "== bench"
@@ -27,4 +27,14 @@ rc=$?
 if [ $rc -ne 0 ]; then  # keep whatever works: bf16 alone
   echo "== bench rc=$rc; retrying bf16 alone"
   "$B/moekit" bench --preset "$PRESETS" --tokens "$TOKENS" --quant bf16 --json "$OUT/bf16_only_$JSON" 2>&1 | tee "$OUT/bench_bf16.log"
+fi
+# Optional: the same presets with each GEMM kernel config forced (to check the kAuto rule).
+if [ -n "${VARIANT_PRESETS:-}" ]; then
+  for cfg in wide narrow; do
+    echo "== bench, MOEKIT_GROUPED_GEMM_CONFIG=$cfg"
+    MOEKIT_GROUPED_GEMM_CONFIG=$cfg "$B/moekit" bench --preset "$VARIANT_PRESETS" --tokens "$TOKENS" \
+      --json "$OUT/${JSON%.json}_$cfg.json" >> "$OUT/bench_variants.log" 2>&1
+    echo "rc=$?"
+  done
+  grep -E "^(deepseek|mixtral|qwen|kimi)" "$OUT/bench_variants.log" | awk '{print $1, $2, $3, $5, $12, $NF}'
 fi

@@ -5,10 +5,14 @@ namespace moekit {
 
 std::string_view reduce_policy_name(ReducePolicy p) {
   switch (p) {
-    case ReducePolicy::kAlreadyReduced: return "already_reduced";
-    case ReducePolicy::kContiguous: return "contiguous";
-    case ReducePolicy::kBatchedPerExpert: return "batched_per_expert";
-    case ReducePolicy::kDelegate: return "delegate";
+    case ReducePolicy::kAlreadyReduced:
+      return "already_reduced";
+    case ReducePolicy::kContiguous:
+      return "contiguous";
+    case ReducePolicy::kBatchedPerExpert:
+      return "batched_per_expert";
+    case ReducePolicy::kDelegate:
+      return "delegate";
   }
   return "?";
 }

@@ -61,15 +61,14 @@ Support check_compatible(const PrepareFinalize& pf, const Experts& ex) {
        pf.num_dispatchers() != ex.num_dispatchers())) {
     std::ostringstream os;
     os << describe(pf) << " cannot be paired with " << describe(ex)
-       << ": batched buffers differ (max_tokens_per_rank x num_dispatchers " << pf.max_tokens_per_rank()
-       << "x" << pf.num_dispatchers() << " vs " << ex.max_tokens_per_rank() << "x"
-       << ex.num_dispatchers() << ")";
+       << ": batched buffers differ (max_tokens_per_rank x num_dispatchers "
+       << pf.max_tokens_per_rank() << "x" << pf.num_dispatchers() << " vs "
+       << ex.max_tokens_per_rank() << "x" << ex.num_dispatchers() << ")";
     return Support::no(os.str());
   }
   if (!(pf.device() == ex.device())) {
     return Support::no(describe(pf) + " cannot be paired with " + describe(ex) +
-                       ": devices differ (" + pf.device().str() + " vs " + ex.device().str() +
-                       ")");
+                       ": devices differ (" + pf.device().str() + " vs " + ex.device().str() + ")");
   }
   return Support::yes();
 }
@@ -90,9 +89,8 @@ FusedMoEKernel::FusedMoEKernel(std::unique_ptr<PrepareFinalize> prepare_finalize
   const Support s = check_compatible(*prepare_finalize_, *experts_);
   if (!s) throw Error("FusedMoEKernel: " + s.reason);
   router_ = [](const TensorView& logits, const TensorView& bias, const RoutingConfig& config,
-               const TensorView& ids, const TensorView& weights, StreamHandle) {
-    route_reference(logits, bias, config, ids, weights);
-  };
+               const TensorView& ids, const TensorView& weights,
+               StreamHandle) { route_reference(logits, bias, config, ids, weights); };
 }
 
 FusedMoEKernel::~FusedMoEKernel() = default;
@@ -158,8 +156,9 @@ FusedMoEKernel::Pieces FusedMoEKernel::carve(void* base) const {
 void FusedMoEKernel::prepare(const MoeProblem& problem, const MoeWeights& weights,
                              const TensorView& workspace, StreamHandle stream) {
   const Support s = supports(problem);
-  if (!s) throw Error("FusedMoEKernel '" + name() + "' does not support " + problem.str() + ": " +
-                      s.reason);
+  if (!s)
+    throw Error("FusedMoEKernel '" + name() + "' does not support " + problem.str() + ": " +
+                s.reason);
   problem_ = problem;
   problem_.num_tokens = chunk_tokens(problem);
   experts_->prepare_weights(problem_, weights, stream);
@@ -167,8 +166,8 @@ void FusedMoEKernel::prepare(const MoeProblem& problem, const MoeWeights& weight
   const QuantScheme a = problem.activation_quant.scheme;
   if (weights.a13_scale.defined() &&
       (a == QuantScheme::kNVFP4 || a == QuantScheme::kFP8PerTensor)) {
-    a1_static_scale_ = TensorView(weights.a13_scale.data(), DType::kF32, Shape{1},
-                                  weights.a13_scale.device());
+    a1_static_scale_ =
+        TensorView(weights.a13_scale.data(), DType::kF32, Shape{1}, weights.a13_scale.device());
   }
   const std::size_t bytes = workspace_bytes(problem);
   if (workspace.defined()) {
@@ -259,7 +258,8 @@ void FusedMoEKernel::apply_logits(const TensorView& x, const TensorView& router_
       chunk.num_tokens = rows;
       const MonolithicInputs in =
           pf.prepare(chunk, xs, ls, correction_bias, a1_static_scale_, ws.pf_ws, stream);
-      const TensorView expert_out = ex.workspace_shapes(chunk).output.view(ws.expert_out.data, device());
+      const TensorView expert_out =
+          ex.workspace_shapes(chunk).output.view(ws.expert_out.data, device());
       ex.apply(in, expert_out, ws.ws13, ws.ws2, stream);
       pf.finalize(chunk, expert_out, os, ws.pf_ws, stream);
     } else {

@@ -69,8 +69,8 @@ void ParallelConfig::validate(int num_experts) const {
                      "-1 or a local id in [0, " + std::to_string(n_local) + ")", l);
     if (l < 0) continue;
     MOEKIT_CHECK_ARG(!seen[static_cast<std::size_t>(l)],
-                     "parallel.expert_map[" + std::to_string(g) + "]",
-                     "a local id not used twice", l);
+                     "parallel.expert_map[" + std::to_string(g) + "]", "a local id not used twice",
+                     l);
     seen[static_cast<std::size_t>(l)] = 1;
   }
 }
@@ -118,8 +118,8 @@ void MoeProblem::validate() const {
   MOEKIT_CHECK_ARG(w == QuantScheme::kBF16 || w == QuantScheme::kFP8PerTensor ||
                        w == QuantScheme::kFP8Block128x128 || w == QuantScheme::kNVFP4 ||
                        w == QuantScheme::kMXFP4 || w == QuantScheme::kMXFP8,
-                   "problem.weight_quant",
-                   "bf16, fp8_tensor, fp8_block, mxfp8, nvfp4 or mxfp4", weight_quant.str());
+                   "problem.weight_quant", "bf16, fp8_tensor, fp8_block, mxfp8, nvfp4 or mxfp4",
+                   weight_quant.str());
   const QuantScheme a = activation_quant.scheme;
   MOEKIT_CHECK_ARG(a != QuantScheme::kFP8Block128x128, "problem.activation_quant",
                    "a per-row scheme (fp8_1x128 for block-fp8 weights)", activation_quant.str());
@@ -130,8 +130,8 @@ void MoeProblem::validate() const {
 
 std::string MoeProblem::str() const {
   std::ostringstream os;
-  os << "M=" << num_tokens << " " << layer.str() << " quant=" << quant_name()
-     << " (weights " << weight_quant.str() << ", activations " << activation_quant.str() << ")"
+  os << "M=" << num_tokens << " " << layer.str() << " quant=" << quant_name() << " (weights "
+     << weight_quant.str() << ", activations " << activation_quant.str() << ")"
      << " dtype=" << dtype_name(activation_dtype) << " " << parallel.str();
   return os.str();
 }

@@ -42,7 +42,8 @@ ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_siz
     const Shape& s = in.router_logits.shape();
     if (s[0] != m || (num_experts > 0 && s[1] != num_experts))
       fail(path, "tensor 'router_logits' shape",
-           "[" + std::to_string(m) + ", " + (num_experts > 0 ? std::to_string(num_experts) : "E") + "]",
+           ::moekit::detail::concat("[", m, ", ",
+                                    num_experts > 0 ? std::to_string(num_experts) : "E", "]"),
            s.str());
   }
   const bool has_ids = f.contains("topk_ids"), has_w = f.contains("topk_weights");
@@ -52,7 +53,8 @@ ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_siz
   if (has_ids) {
     TensorView ids = f.view("topk_ids");
     if (ids.rank() != 2 || ids.shape[0] != m)
-      fail(path, "tensor 'topk_ids' shape", "[" + std::to_string(m) + ", k]", ids.shape.str());
+      fail(path, "tensor 'topk_ids' shape", ::moekit::detail::concat("[", m, ", k]"),
+           ids.shape.str());
     if (ids.dtype != DType::kI32 && ids.dtype != DType::kI64)
       fail(path, "tensor 'topk_ids' dtype", "i32 or i64", dtype_name(ids.dtype));
     in.topk_ids = Tensor(DType::kI32, ids.shape);
@@ -68,8 +70,8 @@ ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_siz
       }
       const std::int64_t limit = num_experts > 0 ? num_experts : (std::int64_t{1} << 31) - 1;
       if (id < 0 || id >= limit)
-        fail(path, "tensor 'topk_ids' element " + std::to_string(i),
-             "in [0, " + std::to_string(limit) + ")", id);
+        fail(path, ::moekit::detail::concat("tensor 'topk_ids' element ", i),
+             ::moekit::detail::concat("in [0, ", limit, ")"), id);
       in.topk_ids.ptr<std::int32_t>()[i] = static_cast<std::int32_t>(id);
     }
     in.topk_weights = float_matrix(f, "topk_weights", false);
@@ -89,14 +91,14 @@ void write_replay_outputs(const std::string& path, const TensorView& output,
   if (topk_ids.defined()) {
     MOEKIT_CHECK_ARG(topk_ids.dtype == DType::kI32, "topk_ids dtype", "i32", dtype_name(topk_ids.dtype));
     MOEKIT_CHECK_ARG(topk_ids.rank() == 2 && topk_ids.size(0) == output.size(0), "topk_ids shape",
-                     "[" + std::to_string(output.size(0)) + ", k]", topk_ids.shape.str());
+                     ::moekit::detail::concat("[", output.size(0), ", k]"), topk_ids.shape.str());
     tensors.push_back({"topk_ids", topk_ids});
   }
   if (topk_weights.defined()) {
     MOEKIT_CHECK_ARG(topk_weights.dtype == DType::kF32, "topk_weights dtype", "f32",
                      dtype_name(topk_weights.dtype));
     MOEKIT_CHECK_ARG(topk_weights.rank() == 2 && topk_weights.size(0) == output.size(0),
-                     "topk_weights shape", "[" + std::to_string(output.size(0)) + ", k]",
+                     "topk_weights shape", ::moekit::detail::concat("[", output.size(0), ", k]"),
                      topk_weights.shape.str());
     tensors.push_back({"topk_weights", topk_weights});
   }

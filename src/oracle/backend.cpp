@@ -48,13 +48,23 @@ const BackendTraits kTraits[] = {
     {Backend::kFlashinferCutedslBatchedSm100, ActivationFormat::kBatched, false, true, 100,
      "FlashInfer CuTe-DSL FP4 MoE, batched format (W4A4, Blackwell)"},
 };
-constexpr const char* kNames[] = {
-    "cpu_reference",       "cpu_batched",          "cpu_monolithic",
-    "cuda_bf16_grouped",   "cuda_fp8_grouped",     "cuda_fp8_block_grouped",
-    "cuda_w4a16_grouped",  "cuda_w4a8_grouped",    "cuda_bf16_batched",
-    "cuda_fp8_block_batched", "cuda_w4a16_batched", "cuda_w4a8_batched",
-    "cuda_monolithic",     "cutlass_fp4_sm100",    "trtllm_fp4_sm100",
-    "flashinfer_cutedsl_sm100", "flashinfer_cutedsl_batched_sm100"};
+constexpr const char* kNames[] = {"cpu_reference",
+                                  "cpu_batched",
+                                  "cpu_monolithic",
+                                  "cuda_bf16_grouped",
+                                  "cuda_fp8_grouped",
+                                  "cuda_fp8_block_grouped",
+                                  "cuda_w4a16_grouped",
+                                  "cuda_w4a8_grouped",
+                                  "cuda_bf16_batched",
+                                  "cuda_fp8_block_batched",
+                                  "cuda_w4a16_batched",
+                                  "cuda_w4a8_batched",
+                                  "cuda_monolithic",
+                                  "cutlass_fp4_sm100",
+                                  "trtllm_fp4_sm100",
+                                  "flashinfer_cutedsl_sm100",
+                                  "flashinfer_cutedsl_batched_sm100"};
 constexpr std::size_t kNumBackends = sizeof(kNames) / sizeof(kNames[0]);
 static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == kNumBackends);
 
@@ -132,10 +142,12 @@ DeviceCapabilities DeviceCapabilities::parse(std::string_view text) {
   else if (t.rfind("sm", 0) == 0)
     digits = t.substr(2);
   if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();
-  const bool ok = (digits.size() == 2 || digits.size() == 3) &&
-                  std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!ok) throw_arg_error("DeviceCapabilities::parse", "--device", "cpu|sm90|sm_90a|sm100|sm120|...",
-                           std::string(text));
+  const bool ok =
+      (digits.size() == 2 || digits.size() == 3) &&
+      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!ok)
+    throw_arg_error("DeviceCapabilities::parse", "--device", "cpu|sm90|sm_90a|sm100|sm120|...",
+                    std::string(text));
   const int sm = std::stoi(digits);
   return cuda_sm(sm / 10, sm % 10);
 }

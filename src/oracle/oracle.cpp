@@ -40,7 +40,8 @@ Support quant_supported(Backend b, const MoeProblem& p) {
       return Support::yes();  // every scheme, activations emulated by quantize+dequantize
     case Backend::kCudaBf16Grouped:
     case Backend::kCudaBf16Batched:
-      return w == QS::kBF16 && a == QS::kBF16 ? Support::yes() : refuse("bf16 weights and activations");
+      return w == QS::kBF16 && a == QS::kBF16 ? Support::yes()
+                                              : refuse("bf16 weights and activations");
     case Backend::kCudaFp8Grouped:
       return w == QS::kFP8PerTensor && in(a, {QS::kFP8PerTensor, QS::kFP8PerToken})
                  ? Support::yes()
@@ -57,7 +58,8 @@ Support quant_supported(Backend b, const MoeProblem& p) {
                  : refuse("nvfp4/mxfp4 weights with bf16 activations (W4A16)");
     case Backend::kCudaW4A8Grouped:
     case Backend::kCudaW4A8Batched:
-      return in(w, {QS::kNVFP4, QS::kMXFP4}) && in(a, {QS::kFP8PerTensor, QS::kFP8PerToken, QS::kMXFP8})
+      return in(w, {QS::kNVFP4, QS::kMXFP4}) &&
+                     in(a, {QS::kFP8PerTensor, QS::kFP8PerToken, QS::kMXFP8})
                  ? Support::yes()
                  : refuse("nvfp4/mxfp4 weights with fp8_tensor/fp8_token/mxfp8 activations (W4A8)");
     case Backend::kCudaMonolithic:
@@ -68,7 +70,7 @@ Support quant_supported(Backend b, const MoeProblem& p) {
     case Backend::kFlashinferCutedslSm100:
     case Backend::kFlashinferCutedslBatchedSm100:
       return w == QS::kNVFP4 && a == QS::kNVFP4 ? Support::yes()
-                                                 : refuse("nvfp4 weights and activations (W4A4)");
+                                                : refuse("nvfp4 weights and activations (W4A4)");
     case Backend::kTrtllmFp4Sm100:
       return (w == QS::kNVFP4 && a == QS::kNVFP4) || (w == QS::kMXFP4 && a == QS::kMXFP8)
                  ? Support::yes()
@@ -103,22 +105,26 @@ Support routing_supported(Backend b, const MoeProblem& p) {
   const bool on_input = routing_weight_on_input(m);
   switch (b) {
     case Backend::kCpuMonolithic:
-      if (on_input) return Support::no("routing " + name + " scales the input by the router weight "
-                                       "(needs routing before quantizing the input)");
+      if (on_input)
+        return Support::no("routing " + name +
+                           " scales the input by the router weight "
+                           "(needs routing before quantizing the input)");
       return Support::yes();
     case Backend::kCudaMonolithic:
       if (m == RoutingMethod::kRenormalize || m == RoutingMethod::kRenormalizeNaive ||
           m == RoutingMethod::kDefault || m == RoutingMethod::kDeepSeekV3)
         return Support::yes();
-      return Support::no("routing " + name +
-                         " not fused (supports default, renormalize, renormalize_naive, deepseek_v3)");
+      return Support::no(
+          "routing " + name +
+          " not fused (supports default, renormalize, renormalize_naive, deepseek_v3)");
     case Backend::kTrtllmFp4Sm100:
       if (m == RoutingMethod::kMiniMax2 || m == RoutingMethod::kSigmoid)
         return Support::no("routing " + name + " not fused by TensorRT-LLM");
       return Support::yes();
     default:
       if (on_input && p.top_k() != 1)
-        return Support::no("routing " + name + " applies the weight on the input and needs top_k 1");
+        return Support::no("routing " + name +
+                           " applies the weight on the input and needs top_k 1");
       return Support::yes();  // modular: routing runs outside the experts
   }
 }
@@ -134,10 +140,12 @@ Support shapes_supported(Backend b, const MoeProblem& p) {
       why = reason;
     }
   };
-  const int sfw = scale_block_size(p.weight_quant.scheme), sfa = scale_block_size(p.activation_quant.scheme);
+  const int sfw = scale_block_size(p.weight_quant.scheme),
+            sfa = scale_block_size(p.activation_quant.scheme);
   if (sfw > 0 && p.weight_quant.scheme != QS::kFP8Block128x128)
     consider(sfw, std::string(scheme_name(p.weight_quant.scheme)) + " weight scale blocks");
-  if (sfa > 0) consider(sfa, std::string(scheme_name(p.activation_quant.scheme)) + " activation scale blocks");
+  if (sfa > 0)
+    consider(sfa, std::string(scheme_name(p.activation_quant.scheme)) + " activation scale blocks");
   if (t.on_cuda) {
     consider(8, "16-byte aligned bf16 rows of the tensor-core GEMM");
     if (p.weight_quant.scheme == QS::kFP8Block128x128) consider(128, "128x128 weight scale tiles");
@@ -181,7 +189,8 @@ Support backend_supports(Backend b, const MoeProblem& p, const DeviceCapabilitie
   // 1. Device.
   if (t.on_cuda) {
     if (!device.is_cuda)
-      return Support::no("needs a CUDA device (sm_" + std::to_string(t.min_sm) + "+), device is cpu");
+      return Support::no("needs a CUDA device (sm_" + std::to_string(t.min_sm) +
+                         "+), device is cpu");
     if (t.min_sm >= 100 && device.sm() < 100)
       return Support::no("needs FP4 tensor cores (SM100+), device is " + device.str());
     if (t.min_sm == 90 && device.sm() != 90)
@@ -190,12 +199,13 @@ Support backend_supports(Backend b, const MoeProblem& p, const DeviceCapabilitie
   // 2. Activation format (follows the parallel config).
   if (t.format != format) {
     return Support::no("needs the " + std::string(activation_format_name(t.format)) +
-                       " activation format, the parallel config (" + p.parallel.str() +
-                       ") gives " + std::string(activation_format_name(format)));
+                       " activation format, the parallel config (" + p.parallel.str() + ") gives " +
+                       std::string(activation_format_name(format)));
   }
   // 3-7. Quant scheme, activation, routing, shapes, parallel config.
-  for (const Support& s : {quant_supported(b, p), activation_supported(b, p), routing_supported(b, p),
-                           shapes_supported(b, p), parallel_supported(b, p)}) {
+  for (const Support& s :
+       {quant_supported(b, p), activation_supported(b, p), routing_supported(b, p),
+        shapes_supported(b, p), parallel_supported(b, p)}) {
     if (!s) return s;
   }
   // 8. Compiled in.
@@ -219,10 +229,10 @@ std::vector<Backend> backend_priority(const MoeProblem& p, const DeviceCapabilit
   std::vector<Backend> order = {Backend::kTrtllmFp4Sm100, Backend::kFlashinferCutedslSm100,
                                 Backend::kFlashinferCutedslBatchedSm100, Backend::kCutlassFp4Sm100};
   if (decode) order.push_back(Backend::kCudaMonolithic);
-  for (Backend b : {Backend::kCudaW4A8Grouped, Backend::kCudaW4A8Batched, Backend::kCudaW4A16Grouped,
-                    Backend::kCudaW4A16Batched, Backend::kCudaFp8BlockGrouped,
-                    Backend::kCudaFp8BlockBatched, Backend::kCudaFp8Grouped,
-                    Backend::kCudaBf16Grouped, Backend::kCudaBf16Batched})
+  for (Backend b :
+       {Backend::kCudaW4A8Grouped, Backend::kCudaW4A8Batched, Backend::kCudaW4A16Grouped,
+        Backend::kCudaW4A16Batched, Backend::kCudaFp8BlockGrouped, Backend::kCudaFp8BlockBatched,
+        Backend::kCudaFp8Grouped, Backend::kCudaBf16Grouped, Backend::kCudaBf16Batched})
     order.push_back(b);
   if (!decode) order.push_back(Backend::kCudaMonolithic);
   for (Backend b : {Backend::kCpuReference, Backend::kCpuBatched, Backend::kCpuMonolithic})
@@ -239,9 +249,8 @@ std::string BackendSelection::table() const {
     const bool chosen = c.accepted && c.backend == backend;
     std::string name(moe_backend_name(c.backend));
     name.resize(std::max<std::size_t>(name.size(), 34), ' ');
-    os << (chosen ? "  -> " : "     ") << name << (c.accepted ? (chosen ? "selected" : "accepted")
-                                                                 : "refused: " + c.reason)
-       << "\n";
+    os << (chosen ? "  -> " : "     ") << name
+       << (c.accepted ? (chosen ? "selected" : "accepted") : "refused: " + c.reason) << "\n";
   }
   return os.str();
 }
@@ -279,7 +288,8 @@ BackendSelection select_backend(const MoeProblem& p, const DeviceCapabilities& d
     Support s = check(*b);
     if (!s) {
       MOEKIT_FAIL("backend override '", moe_backend_name(*b), "' (from ", options.override_source,
-                  ") cannot run this problem: ", s.reason, " [", p.str(), " on ", device.str(), "]");
+                  ") cannot run this problem: ", s.reason, " [", p.str(), " on ", device.str(),
+                  "]");
     }
     bool listed = false;
     for (Candidate& c : sel.candidates) listed |= c.backend == *b;
@@ -348,12 +358,16 @@ std::string run_backend_for(Backend backend) {
 
 FusedMoEKernel make_moe_kernel(Backend backend, const MoeProblem& p, FusedMoEOptions options) {
   const std::int64_t t = std::max<std::int64_t>(
-      options.max_chunk_tokens > 0 ? std::min(options.max_chunk_tokens, p.num_tokens) : p.num_tokens, 1);
+      options.max_chunk_tokens > 0 ? std::min(options.max_chunk_tokens, p.num_tokens)
+                                   : p.num_tokens,
+      1);
   switch (backend) {
     case Backend::kCpuReference:
-      return FusedMoEKernel(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts(), options);
+      return FusedMoEKernel(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts(),
+                            options);
     case Backend::kCpuBatched:
-      return FusedMoEKernel(make_cpu_batched_prepare_finalize(t), make_cpu_batched_experts(t), options);
+      return FusedMoEKernel(make_cpu_batched_prepare_finalize(t), make_cpu_batched_experts(t),
+                            options);
     case Backend::kCpuMonolithic:
       return FusedMoEKernel(make_cpu_monolithic_prepare_finalize(), make_cpu_monolithic_experts(),
                             options);

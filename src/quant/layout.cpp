@@ -12,9 +12,9 @@ namespace moekit {
 
 namespace {
 
-
 void check_byte_tensor(const char* where, const char* name, const TensorView& t) {
-  if (t.data == nullptr && t.numel() != 0) throw_arg_error(where, name, "a tensor", "an absent tensor");
+  if (t.data == nullptr && t.numel() != 0)
+    throw_arg_error(where, name, "a tensor", "an absent tensor");
   if (dtype_size(t.dtype) != 1) {
     throw_arg_error(where, std::string(name) + ".dtype", "a 1-byte scale type (e4m3, e8m0, u8)",
                     dtype_name(t.dtype));
@@ -22,7 +22,8 @@ void check_byte_tensor(const char* where, const char* name, const TensorView& t)
   if (!t.is_contiguous()) {
     throw_arg_error(where, name, "a contiguous tensor", "strides " + t.strides.str());
   }
-  if (!t.device.is_host()) throw_arg_error(where, std::string(name) + ".device", "host", t.device.str());
+  if (!t.device.is_host())
+    throw_arg_error(where, std::string(name) + ".device", "host", t.device.str());
   if (t.rank() != 2 && t.rank() != 3) {
     throw_arg_error(where, std::string(name) + ".shape", "[rows, cols] or [B, rows, cols]",
                     t.shape.str());
@@ -43,7 +44,8 @@ void swizzle_scales(const TensorView& linear, ScaleLayout layout, const TensorVi
   const std::int64_t batch = linear.rank() == 3 ? linear.shape[0] : 1;
   const std::int64_t prow = scale_padded_rows(layout, rows), pcol = scale_padded_cols(layout, kb);
   const Shape expected = with_batch(linear, prow, pcol);
-  if (!(out.shape == expected)) throw_arg_error(where, "out.shape", expected.str(), out.shape.str());
+  if (!(out.shape == expected))
+    throw_arg_error(where, "out.shape", expected.str(), out.shape.str());
   if (out.dtype != linear.dtype) {
     throw_arg_error(where, "out.dtype", dtype_name(linear.dtype), dtype_name(out.dtype));
   }
@@ -76,7 +78,8 @@ void unswizzle_scales(const TensorView& swizzled, ScaleLayout layout, std::int64
     throw_arg_error(where, "swizzled.shape", expected_in.str(), swizzled.shape.str());
   }
   const Shape expected = with_batch(swizzled, rows, scale_cols);
-  if (!(out.shape == expected)) throw_arg_error(where, "out.shape", expected.str(), out.shape.str());
+  if (!(out.shape == expected))
+    throw_arg_error(where, "out.shape", expected.str(), out.shape.str());
   if (out.dtype != swizzled.dtype) {
     throw_arg_error(where, "out.dtype", dtype_name(swizzled.dtype), dtype_name(out.dtype));
   }
@@ -84,16 +87,16 @@ void unswizzle_scales(const TensorView& swizzled, ScaleLayout layout, std::int64
   const auto* src = swizzled.ptr<const std::uint8_t>();
   auto* dst = out.ptr<std::uint8_t>();
   const std::int64_t matrix = prow * pcol;
-  parallel_for(batch * rows,
-               std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(scale_cols, 1)),
-               [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t i = begin; i < end; ++i) {
-                   const std::int64_t b = i / rows, r = i % rows;
-                   for (std::int64_t c = 0; c < scale_cols; ++c) {
-                     dst[i * scale_cols + c] = src[b * matrix + scale_offset(layout, r, c, scale_cols)];
-                   }
-                 }
-               });
+  parallel_for(
+      batch * rows, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(scale_cols, 1)),
+      [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          const std::int64_t b = i / rows, r = i % rows;
+          for (std::int64_t c = 0; c < scale_cols; ++c) {
+            dst[i * scale_cols + c] = src[b * matrix + scale_offset(layout, r, c, scale_cols)];
+          }
+        }
+      });
 }
 
 }  // namespace moekit

@@ -93,8 +93,8 @@ QuantShapes infer_quant_shapes(const Shape& x_shape, const QuantConfig& config) 
       q.values = batched_shape(d, {d.rows, fp4 ? d.cols / 2 : d.cols});
       q.scale_dtype = is_mx(s) ? DType::kE8M0 : DType::kE4M3;
       const std::int64_t kb = d.cols / sfv;
-      q.scales = batched_shape(d, {scale_padded_rows(config.layout, d.rows),
-                                   scale_padded_cols(config.layout, kb)});
+      q.scales = batched_shape(
+          d, {scale_padded_rows(config.layout, d.rows), scale_padded_cols(config.layout, kb)});
       if (s == QuantScheme::kNVFP4) {
         q.has_global_scale = true;
         q.global_scale = Shape{per_matrix};

@@ -10,8 +10,8 @@ namespace moekit::quant_detail {
 namespace {
 
 // Lazily formatted checks: the message is only built on failure (these run on every call).
-#define QUANT_CHECK(cond, argument, expected, actual)                            \
-  do {                                                                           \
+#define QUANT_CHECK(cond, argument, expected, actual)                                \
+  do {                                                                               \
     if (!(cond)) ::moekit::throw_arg_error(where, (argument), (expected), (actual)); \
   } while (0)
 
@@ -75,8 +75,8 @@ QuantShapes check_quantize_args(const TensorView& x, const QuantConfig& config,
     if (static_scale.device.is_host()) {
       const float* v = static_scale.ptr<const float>();
       for (std::int64_t i = 0; i < static_scale.numel(); ++i) {
-        QUANT_CHECK(f32_is_finite(v[i]) && v[i] > 0.0f,
-                    "static_scale[" + std::to_string(i) + "]", "a finite value > 0", v[i]);
+        QUANT_CHECK(f32_is_finite(v[i]) && v[i] > 0.0f, "static_scale[" + std::to_string(i) + "]",
+                    "a finite value > 0", v[i]);
       }
     }
   }
@@ -98,15 +98,14 @@ QuantShapes check_dequantize_args(const QuantizedView& q, const TensorView& out,
   } catch (const Error& e) {
     throw Error(std::string("dequantize: out.shape / q.config: ") + e.what());
   }
-  check_tensor(where, "q.values", q.values, shapes.value_dtype, shapes.values, backend,
-               out.device);
+  check_tensor(where, "q.values", q.values, shapes.value_dtype, shapes.values, backend, out.device);
   if (shapes.scales.rank() > 0) {
     check_tensor(where, "q.scales", q.scales, shapes.scale_dtype, shapes.scales, backend,
                  out.device);
   }
   if (shapes.has_global_scale) {
-    check_tensor(where, "q.global_scale", q.global_scale, DType::kF32, shapes.global_scale,
-                 backend, out.device);
+    check_tensor(where, "q.global_scale", q.global_scale, DType::kF32, shapes.global_scale, backend,
+                 out.device);
   }
   return shapes;
 }

@@ -9,9 +9,9 @@ namespace moekit {
 namespace {
 
 constexpr QuantScheme kAllSchemes[] = {
-    QuantScheme::kBF16,  QuantScheme::kFP8PerTensor, QuantScheme::kFP8PerToken,
+    QuantScheme::kBF16,          QuantScheme::kFP8PerTensor,    QuantScheme::kFP8PerToken,
     QuantScheme::kFP8Block1x128, QuantScheme::kFP8Block128x128, QuantScheme::kMXFP8,
-    QuantScheme::kNVFP4, QuantScheme::kNVFP4PerToken, QuantScheme::kMXFP4};
+    QuantScheme::kNVFP4,         QuantScheme::kNVFP4PerToken,   QuantScheme::kMXFP4};
 constexpr ScaleLayout kAllLayouts[] = {ScaleLayout::kLinear, ScaleLayout::kSwizzled128x4,
                                        ScaleLayout::kSwizzled8x4};
 constexpr ScaleRule kAllRules[] = {ScaleRule::kRceil, ScaleRule::kFloor};
@@ -43,40 +43,56 @@ bool find_name(const E (&all)[N], NameFn name, std::string_view text, E* out) {
 
 std::string_view scheme_name(QuantScheme s) {
   switch (s) {
-    case QuantScheme::kBF16: return "bf16";
-    case QuantScheme::kFP8PerTensor: return "fp8_tensor";
-    case QuantScheme::kFP8PerToken: return "fp8_token";
-    case QuantScheme::kFP8Block1x128: return "fp8_1x128";
-    case QuantScheme::kFP8Block128x128: return "fp8_block";
-    case QuantScheme::kMXFP8: return "mxfp8";
-    case QuantScheme::kNVFP4: return "nvfp4";
-    case QuantScheme::kNVFP4PerToken: return "nvfp4_token";
-    case QuantScheme::kMXFP4: return "mxfp4";
+    case QuantScheme::kBF16:
+      return "bf16";
+    case QuantScheme::kFP8PerTensor:
+      return "fp8_tensor";
+    case QuantScheme::kFP8PerToken:
+      return "fp8_token";
+    case QuantScheme::kFP8Block1x128:
+      return "fp8_1x128";
+    case QuantScheme::kFP8Block128x128:
+      return "fp8_block";
+    case QuantScheme::kMXFP8:
+      return "mxfp8";
+    case QuantScheme::kNVFP4:
+      return "nvfp4";
+    case QuantScheme::kNVFP4PerToken:
+      return "nvfp4_token";
+    case QuantScheme::kMXFP4:
+      return "mxfp4";
   }
   return "?";
 }
 
 std::string_view layout_name(ScaleLayout l) {
   switch (l) {
-    case ScaleLayout::kLinear: return "linear";
-    case ScaleLayout::kSwizzled128x4: return "swizzled_128x4";
-    case ScaleLayout::kSwizzled8x4: return "swizzled_8x4";
+    case ScaleLayout::kLinear:
+      return "linear";
+    case ScaleLayout::kSwizzled128x4:
+      return "swizzled_128x4";
+    case ScaleLayout::kSwizzled8x4:
+      return "swizzled_8x4";
   }
   return "?";
 }
 
 std::string_view rule_name(ScaleRule r) {
   switch (r) {
-    case ScaleRule::kRceil: return "rceil";
-    case ScaleRule::kFloor: return "floor";
+    case ScaleRule::kRceil:
+      return "rceil";
+    case ScaleRule::kFloor:
+      return "floor";
   }
   return "?";
 }
 
 std::string_view backend_name(QuantBackend b) {
   switch (b) {
-    case QuantBackend::kReference: return "reference";
-    case QuantBackend::kCuda: return "cuda";
+    case QuantBackend::kReference:
+      return "reference";
+    case QuantBackend::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -137,12 +153,12 @@ QuantConfig parse_quant_config(std::string_view text) {
   bool have_layout = false, have_rule = false;
   while (pos != std::string_view::npos) {
     const std::size_t next = text.find('/', pos + 1);
-    const std::string_view part = text.substr(pos + 1, next == std::string_view::npos
-                                                           ? std::string_view::npos
-                                                           : next - pos - 1);
+    const std::string_view part = text.substr(
+        pos + 1, next == std::string_view::npos ? std::string_view::npos : next - pos - 1);
     ScaleLayout l{};
     ScaleRule r{};
-    if (!have_layout && has_block_scales(c.scheme) && find_name(kAllLayouts, layout_name, part, &l)) {
+    if (!have_layout && has_block_scales(c.scheme) &&
+        find_name(kAllLayouts, layout_name, part, &l)) {
       c.layout = l;
       have_layout = true;
     } else if (!have_rule && is_mx(c.scheme) && find_name(kAllRules, rule_name, part, &r)) {
@@ -171,12 +187,16 @@ QuantConfig parse_quant_config(std::string_view text) {
 int scale_block_size(QuantScheme s) {
   switch (s) {
     case QuantScheme::kNVFP4:
-    case QuantScheme::kNVFP4PerToken: return 16;
+    case QuantScheme::kNVFP4PerToken:
+      return 16;
     case QuantScheme::kMXFP4:
-    case QuantScheme::kMXFP8: return 32;
+    case QuantScheme::kMXFP8:
+      return 32;
     case QuantScheme::kFP8Block1x128:
-    case QuantScheme::kFP8Block128x128: return 128;
-    default: return 0;
+    case QuantScheme::kFP8Block128x128:
+      return 128;
+    default:
+      return 0;
   }
 }
 

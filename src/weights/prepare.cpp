@@ -17,8 +17,10 @@ void check_host(const TensorView& t, const char* where, const char* name, int mi
   if (!t.defined()) throw_arg_error(where, name, "a tensor", "absent");
   if (t.rank() < min_rank)
     throw_arg_error(where, std::string(name) + " rank", ">= " + std::to_string(min_rank), t.rank());
-  if (!t.device.is_host()) throw_arg_error(where, std::string(name) + " device", "host", t.device.str());
-  if (!t.is_contiguous()) throw_arg_error(where, std::string(name) + " layout", "contiguous", "strided");
+  if (!t.device.is_host())
+    throw_arg_error(where, std::string(name) + " device", "host", t.device.str());
+  if (!t.is_contiguous())
+    throw_arg_error(where, std::string(name) + " layout", "contiguous", "strided");
 }
 
 // out[e, d, ...] = t[e, src[d], ...] (zeros where src[d] == -1); rows along dim 1.
@@ -38,7 +40,8 @@ Tensor gather_rows(const TensorView& t, const std::vector<std::int64_t>& src) {
       if (src[d] < 0) {
         std::memset(dst, 0, row_bytes);
       } else {
-        std::memcpy(dst, in + (static_cast<std::size_t>(x * rows_in + src[d])) * row_bytes, row_bytes);
+        std::memcpy(dst, in + (static_cast<std::size_t>(x * rows_in + src[d])) * row_bytes,
+                    row_bytes);
       }
     }
   }
@@ -91,7 +94,7 @@ std::vector<std::int64_t> linear_gate_map(std::int64_t i, std::int64_t group) {
   std::vector<std::int64_t> src(static_cast<std::size_t>(2 * i));
   for (std::int64_t g = 0; g < i / group; ++g) {
     for (std::int64_t r = 0; r < group; ++r) {
-      src[static_cast<std::size_t>(2 * g * group + r)] = i + g * group + r;  // up (linear)
+      src[static_cast<std::size_t>(2 * g * group + r)] = i + g * group + r;    // up (linear)
       src[static_cast<std::size_t>((2 * g + 1) * group + r)] = g * group + r;  // gate
     }
   }
@@ -117,7 +120,8 @@ Tensor deinterleave_linear_gate(const TensorView& t, std::int64_t group) {
   check_group(i, group, "deinterleave_linear_gate");
   const std::vector<std::int64_t> fwd = linear_gate_map(i, group);
   std::vector<std::int64_t> inv(fwd.size());
-  for (std::size_t d = 0; d < fwd.size(); ++d) inv[static_cast<std::size_t>(fwd[d])] = static_cast<std::int64_t>(d);
+  for (std::size_t d = 0; d < fwd.size(); ++d)
+    inv[static_cast<std::size_t>(fwd[d])] = static_cast<std::int64_t>(d);
   return gather_rows(t, inv);
 }
 
@@ -226,9 +230,10 @@ struct ScaleTable {
 
 ScaleTable read_scales(const TensorView& t, const char* name) {
   check_host(t, "fold_scales", name, 1);
-  MOEKIT_CHECK_ARG(t.dtype == DType::kF32, std::string(name) + " dtype", "f32", dtype_name(t.dtype));
-  MOEKIT_CHECK_ARG(t.rank() == 1 || (t.rank() == 2 && t.shape[1] == 2), std::string(name) + " shape",
-                   "[E] or [E, 2] (gate, up)", t.shape.str());
+  MOEKIT_CHECK_ARG(t.dtype == DType::kF32, std::string(name) + " dtype", "f32",
+                   dtype_name(t.dtype));
+  MOEKIT_CHECK_ARG(t.rank() == 1 || (t.rank() == 2 && t.shape[1] == 2),
+                   std::string(name) + " shape", "[E] or [E, 2] (gate, up)", t.shape.str());
   MOEKIT_CHECK_ARG(t.shape[0] >= 1, std::string(name) + " shape", "[E >= 1, ...]", t.shape.str());
   return {t.shape[0], t.rank() == 2 ? 2 : 1, t.ptr<const float>()};
 }

@@ -62,11 +62,11 @@ std::vector<QuantCase> quant_cases() {
   return {{q("bf16"), q("bf16")},
           {q("fp8_tensor"), q("fp8_tensor")},
           {q("fp8_block"), q("fp8_1x128")},
-          {q("nvfp4"), q("bf16")},                 // W4A16
+          {q("nvfp4"), q("bf16")},                  // W4A16
           {q("nvfp4/swizzled_128x4"), q("nvfp4")},  // W4A4 (emulated), swizzled weight scales
-          {q("mxfp4"), q("bf16")},                 // W4A16
-          {q("mxfp4"), q("mxfp8")},                // W4A8
-          {q("mxfp4/floor"), q("fp8_token")}};     // W4A8, per-token activations
+          {q("mxfp4"), q("bf16")},                  // W4A16
+          {q("mxfp4"), q("mxfp8")},                 // W4A8
+          {q("mxfp4/floor"), q("fp8_token")}};      // W4A8, per-token activations
 }
 
 struct Inputs {
@@ -143,9 +143,9 @@ TEST(Combination, EveryPairQuantAndRoutingMethodMatchesReferenceBitwise) {
   const auto seed = testing::test_seed();
   MOEKIT_LOG_SEED(seed);
   const RoutingMethod methods[] = {
-      RoutingMethod::kDefault,    RoutingMethod::kRenormalize,   RoutingMethod::kRenormalizeNaive,
-      RoutingMethod::kTopK,       RoutingMethod::kSigmoid,       RoutingMethod::kSigmoidRenorm,
-      RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,        RoutingMethod::kMiniMax2};
+      RoutingMethod::kDefault,    RoutingMethod::kRenormalize, RoutingMethod::kRenormalizeNaive,
+      RoutingMethod::kTopK,       RoutingMethod::kSigmoid,     RoutingMethod::kSigmoidRenorm,
+      RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,      RoutingMethod::kMiniMax2};
   int ran = 0;
   for (const QuantCase& qc : quant_cases()) {
     for (RoutingMethod m : methods) {

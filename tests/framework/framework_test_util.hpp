@@ -44,7 +44,8 @@ inline Tensor slice_experts(const Tensor& t, const std::vector<int>& experts) {
   Tensor out(t.dtype(), Shape(dims));
   for (std::size_t i = 0; i < experts.size(); ++i)
     std::memcpy(static_cast<char*>(out.data()) + i * per,
-                static_cast<const char*>(t.data()) + static_cast<std::size_t>(experts[i]) * per, per);
+                static_cast<const char*>(t.data()) + static_cast<std::size_t>(experts[i]) * per,
+                per);
   return out;
 }
 
@@ -61,7 +62,8 @@ inline QuantizedTensor slice_experts(const QuantizedTensor& q, const std::vector
 inline MoeWeights local_weights(const MoeWeights& w, const ParallelConfig& p) {
   std::vector<int> experts(static_cast<std::size_t>(p.num_local_experts(w.num_experts)));
   for (std::size_t g = 0; g < p.expert_map.size(); ++g)
-    if (p.expert_map[g] >= 0) experts[static_cast<std::size_t>(p.expert_map[g])] = static_cast<int>(g);
+    if (p.expert_map[g] >= 0)
+      experts[static_cast<std::size_t>(p.expert_map[g])] = static_cast<int>(g);
   MoeWeights l;
   l.num_experts = static_cast<int>(experts.size());
   l.hidden_size = w.hidden_size;

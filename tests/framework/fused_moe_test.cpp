@@ -44,7 +44,8 @@ Routed routed_inputs(const MoeLayerConfig& layer, std::int64_t m, std::uint64_t 
   const RouterWeights router = random_router_weights(layer, seed + 1);
   Tensor logits = router_logits_reference(r.x, router);
   if (force_expert >= 0) {  // every token's top-1 is force_expert
-    for (std::int64_t t = 0; t < m; ++t) logits.ptr<float>()[t * layer.num_experts + force_expert] = 1e3f;
+    for (std::int64_t t = 0; t < m; ++t)
+      logits.ptr<float>()[t * layer.num_experts + force_expert] = 1e3f;
   }
   RoutingResult rr = route_reference(logits, router.correction_bias, layer.routing);
   r.ids = std::move(rr.topk_ids);
@@ -78,8 +79,7 @@ TEST(FusedMoE, ChunkedEqualsUnchunkedBitwise) {
     const Tensor ref = run(whole, in, layer.hidden_size);
     for (std::int64_t chunk : {1, 4, 7, 28}) {
       SCOPED_TRACE("chunk " + std::to_string(chunk));
-      FusedMoEKernel std_k(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts(),
-                           {chunk});
+      FusedMoEKernel std_k(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts(), {chunk});
       std_k.prepare(p, w);
       EXPECT_EQ(std_k.chunk_tokens(p), chunk);
       EXPECT_LT(std_k.workspace_bytes(p), whole.workspace_bytes(p));
@@ -120,12 +120,13 @@ TEST(FusedMoE, AdversarialTokenCounts) {
   const auto seed = testing::test_seed();
   MOEKIT_LOG_SEED(seed);
   // k = 4 > M for small M; one expert takes every token; most experts stay empty.
-  MoeLayerConfig layer = small_layer(RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul, 8, 4);
+  MoeLayerConfig layer =
+      small_layer(RoutingMethod::kRenormalizeNaive, Activation::kSiluAndMul, 8, 4);
   const MoeWeights w = random_moe_weights(layer, parse_quant_config("mxfp4"), seed);
   for (std::int64_t m : {0, 1, 2, 3, 40}) {
     SCOPED_TRACE("M=" + std::to_string(m));
-    const Routed in = routed_inputs(layer, m, seed + static_cast<std::uint64_t>(m),
-                                    m == 40 ? 5 : -1);
+    const Routed in =
+        routed_inputs(layer, m, seed + static_cast<std::uint64_t>(m), m == 40 ? 5 : -1);
     Tensor ref(DType::kF32, Shape{m, layer.hidden_size});
     MoeReferenceOptions opt{MoeNumerics::kEmulateActivationQuant, parse_quant_config("mxfp8")};
     moe_reference_routed(in.x, in.ids, in.weights, layer, w, ref, opt);
@@ -164,7 +165,8 @@ TEST(FusedMoE, ExpertParallelRanksOwnTheirExperts) {
     for (std::int64_t a = 0; a < masked.numel(); ++a) {
       const int g = in.ids.ptr<std::int32_t>()[a];
       masked.ptr<float>()[a] = p.parallel.expert_map[static_cast<std::size_t>(g)] >= 0
-                                   ? in.weights.ptr<float>()[a] : 0.0f;
+                                   ? in.weights.ptr<float>()[a]
+                                   : 0.0f;
     }
     Tensor ref(DType::kF32, Shape{m, layer.hidden_size});
     moe_reference_routed(in.x, in.ids, masked, layer, w, ref, opt);
@@ -175,7 +177,8 @@ TEST(FusedMoE, ExpertParallelRanksOwnTheirExperts) {
     FusedMoEKernel b(make_cpu_batched_prepare_finalize(m), make_cpu_batched_experts(m));
     b.prepare(p, local);
     EXPECT_EQ(first_bit_difference(run(b, in, layer.hidden_size), ref), -1);
-    for (std::int64_t i = 0; i < out.numel(); ++i) sum[static_cast<std::size_t>(i)] += out.ptr<float>()[i];
+    for (std::int64_t i = 0; i < out.numel(); ++i)
+      sum[static_cast<std::size_t>(i)] += out.ptr<float>()[i];
   }
   double err = 0, norm = 0;
   for (std::int64_t i = 0; i < full.numel(); ++i) {
@@ -208,12 +211,14 @@ TEST(FusedMoE, CallerOwnedWorkspace) {
 }
 
 TEST(FusedMoE, ValidationNamesTheArgument) {
-  const MoeLayerConfig layer = small_layer(RoutingMethod::kRenormalize, Activation::kSiluAndMul, 8, 2);
+  const MoeLayerConfig layer =
+      small_layer(RoutingMethod::kRenormalize, Activation::kSiluAndMul, 8, 2);
   const MoeWeights w = random_moe_weights(layer, parse_quant_config("bf16"), 1);
   const MoeProblem p = make_problem(layer, "bf16", "bf16", 4);
   FusedMoEKernel k(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts());
   Tensor x(DType::kF32, Shape{4, layer.hidden_size}), out(DType::kF32, Shape{4, layer.hidden_size});
-  Tensor ids = Tensor::zeros(DType::kI32, Shape{4, 2}), wts = Tensor::zeros(DType::kF32, Shape{4, 2});
+  Tensor ids = Tensor::zeros(DType::kI32, Shape{4, 2}),
+         wts = Tensor::zeros(DType::kF32, Shape{4, 2});
   expect_error([&] { k.apply(x, ids, wts, out); }, {"before prepare"});
   k.prepare(p, w);
   Tensor bad_ids = Tensor::zeros(DType::kI32, Shape{4, 3});

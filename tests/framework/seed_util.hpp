@@ -25,7 +25,7 @@ inline std::uint64_t test_seed() {
 }
 
 // Logs the seed for the current test (reproduce with MOEKIT_TEST_SEED=<seed>).
-#define MOEKIT_LOG_SEED(seed)                                                     \
+#define MOEKIT_LOG_SEED(seed)                                                        \
   SCOPED_TRACE("seed " + std::to_string(seed) + " (MOEKIT_TEST_SEED to reproduce)"); \
   ::testing::Test::RecordProperty("seed", std::to_string(seed))
 

@@ -60,10 +60,11 @@ class TempDir {
 inline std::vector<std::uint8_t> raw_safetensors(const std::string& header, std::size_t data_bytes,
                                                  std::uint64_t header_len_override = ~0ull) {
   std::uint64_t n = header_len_override == ~0ull ? header.size() : header_len_override;
-  std::vector<std::uint8_t> out(8);
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  for (std::size_t i = 0; i < data_bytes; ++i) out.push_back(static_cast<std::uint8_t>(i * 7 + 1));
+  std::vector<std::uint8_t> out(8 + header.size() + data_bytes);
+  for (std::size_t i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  for (std::size_t i = 0; i < header.size(); ++i) out[8 + i] = static_cast<std::uint8_t>(header[i]);
+  for (std::size_t i = 0; i < data_bytes; ++i)
+    out[8 + header.size() + i] = static_cast<std::uint8_t>(i * 7 + 1);
   return out;
 }
 

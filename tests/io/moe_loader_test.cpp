@@ -178,7 +178,8 @@ TEST(MoeLoader, ShardedCheckpointWithIndex) {
   std::string weight_map;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const char* file = i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
-    weight_map += (i ? "," : "") + std::string("\"") + tensors[i].name + "\":\"" + file + "\"";
+    if (i) weight_map += ',';
+    weight_map += ::moekit::detail::concat('"', tensors[i].name, "\":\"", file, '"');
     (i % 2 ? b : a).push_back(std::move(tensors[i]));
   }
   write_safetensors(dir.file("model-00001-of-00002.safetensors"), named_views(a));

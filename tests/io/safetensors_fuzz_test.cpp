@@ -59,7 +59,9 @@ std::string random_header(std::mt19937_64& rng) {
       h += "\"__metadata__\":{\"a\":\"b\"}";
       continue;
     }
-    h += "\"t" + std::to_string(pick(rng, 3)) + "\":{";
+    h += "\"t";
+    h += std::to_string(pick(rng, 3));
+    h += "\":{";
     const char* dtypes[] = {"F32", "BF16", "U8", "F4", "I64", "F8_E4M3", "Q"};
     h += "\"dtype\":\"" + std::string(dtypes[pick(rng, 7)]) + "\",\"shape\":[";
     const int rank = static_cast<int>(pick(rng, 4));
@@ -67,7 +69,8 @@ std::string random_header(std::mt19937_64& rng) {
     for (int r = 0; r < rank; ++r) {
       std::uint64_t d = pick(rng, 4);
       numel *= d;
-      h += (r ? "," : "") + std::to_string(d);
+      if (r) h += ",";
+      h += std::to_string(d);
     }
     std::uint64_t len = pick(rng, 4) == 0 ? pick(rng, 16) : numel * (1 + pick(rng, 4));
     h += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + len) + "]}";

@@ -260,12 +260,16 @@ TEST(SafetensorsWriter, RoundTripsEveryDtypeBitExactly) {
       EXPECT_EQ(v.dtype, n.view.dtype == DType::kE2M1x2 ? DType::kU8 : n.view.dtype);
       EXPECT_EQ(v.shape, n.view.shape);
       ASSERT_EQ(v.nbytes(), n.view.nbytes());
-      if (v.nbytes()) EXPECT_EQ(std::memcmp(v.data, n.view.data, v.nbytes()), 0);
+      if (v.nbytes()) {
+        EXPECT_EQ(std::memcmp(v.data, n.view.data, v.nbytes()), 0);
+      }
       if (order == TensorOrder::kAlignment) {
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype), 0u);
       }
       Tensor copy = f.to_tensor(n.name);
-      if (v.nbytes()) EXPECT_EQ(std::memcmp(copy.data(), n.view.data, v.nbytes()), 0);
+      if (v.nbytes()) {
+        EXPECT_EQ(std::memcmp(copy.data(), n.view.data, v.nbytes()), 0);
+      }
     }
     std::vector<std::string> names = f.names();
     if (order == TensorOrder::kName) {

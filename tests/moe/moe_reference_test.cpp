@@ -284,6 +284,35 @@ TEST(MoeReferenceEmulate, StaticNvfp4ScalesAreUsedAndMustAgree) {
       {"a13_scale[3]"});
 }
 
+TEST(MoeReferenceEmulate, StaticFp8PerTensorDecodeScale) {
+  MOEKIT_REF_SEED(seed);
+  Problem p = make_problem(small(), "fp8_tensor", 21, seed);
+  MoeReferenceOptions emu;
+  emu.numerics = MoeNumerics::kEmulateActivationQuant;
+  Tensor dynamic_out, static_out;
+  run_and_compare(p, emu, &dynamic_out);
+  // DECODE scales: x / s must fit e4m3 (|x| <= 448 s); 8/448 saturates the largest inputs.
+  p.weights.a13_scale = Tensor(DType::kF32, Shape{8});
+  p.weights.a2_scale = Tensor(DType::kF32, Shape{8});
+  for (int e = 0; e < 8; ++e) {
+    p.weights.a13_scale.ptr<float>()[e] = 8.0f / 448.0f;
+    p.weights.a2_scale.ptr<float>()[e] = 4.0f / 448.0f;
+  }
+  EXPECT_LT(run_and_compare(p, emu, &static_out), kEmulateBound);
+  EXPECT_NE(std::memcmp(static_out.data(), dynamic_out.data(), static_out.nbytes()), 0);
+}
+
+TEST(MoeReferenceEmulate, DefaultActivationQuant) {
+  EXPECT_EQ(default_activation_quant(QuantScheme::kNVFP4).scheme, QuantScheme::kNVFP4);
+  EXPECT_EQ(default_activation_quant(QuantScheme::kMXFP4).scheme, QuantScheme::kMXFP8);
+  EXPECT_EQ(default_activation_quant(QuantScheme::kFP8Block128x128).scheme,
+            QuantScheme::kFP8Block1x128);
+  EXPECT_EQ(default_activation_quant(QuantScheme::kFP8PerTensor).scheme, QuantScheme::kFP8PerTensor);
+  EXPECT_EQ(default_activation_quant(QuantScheme::kBF16).scheme, QuantScheme::kBF16);
+  EXPECT_EQ(parse_numerics(numerics_name(MoeNumerics::kEmulateActivationQuant)),
+            MoeNumerics::kEmulateActivationQuant);
+}
+
 // ---- validation -------------------------------------------------------------------------------
 
 TEST(MoeReferenceValidation, MessagesNameTheArgument) {

@@ -73,14 +73,17 @@ TEST(Oracle, ReasonsForQuantFormatRoutingShapesParallel) {
   EnvGuard env;
   const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
   MoeProblem p = cli_problem("tiny", "mxfp4", 4, "w4a16");
-  auto reason = [&](Backend b, const MoeProblem& q, ActivationFormat f = ActivationFormat::kStandard) {
+  auto reason = [&](Backend b, const MoeProblem& q,
+                    ActivationFormat f = ActivationFormat::kStandard) {
     return backend_supports(b, q, sm90, f).reason;
   };
   EXPECT_NE(reason(Backend::kCudaW4A8Grouped, p).find("W4A8"), std::string::npos);
-  EXPECT_NE(reason(Backend::kCudaW4A16Batched, p).find("batched activation format"), std::string::npos);
+  EXPECT_NE(reason(Backend::kCudaW4A16Batched, p).find("batched activation format"),
+            std::string::npos);
   EXPECT_NE(reason(Backend::kCudaW4A16Grouped, p).find("not compiled"), std::string::npos);
   EXPECT_NE(backend_supports(Backend::kCudaW4A16Grouped, p, DeviceCapabilities::cpu(),
-                             ActivationFormat::kStandard).reason.find("needs a CUDA device"),
+                             ActivationFormat::kStandard)
+                .reason.find("needs a CUDA device"),
             std::string::npos);
   MoeProblem relu = p;
   relu.layer.activation.kind = Activation::kRelu2;
@@ -111,8 +114,9 @@ TEST(Oracle, OverridesAreValidatedNeverSilent) {
   const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
   expect_error([&] { select_backend_for_run(p, sm90, "warp_speed"); },
                {"'warp_speed'", "--backend", "not a known backend"});
-  expect_error([&] { select_backend_for_run(p, sm90, "cutlass_fp4_sm100"); },
-               {"cutlass_fp4_sm100", "--backend", "needs FP4 tensor cores (SM100+), device is sm_90"});
+  expect_error(
+      [&] { select_backend_for_run(p, sm90, "cutlass_fp4_sm100"); },
+      {"cutlass_fp4_sm100", "--backend", "needs FP4 tensor cores (SM100+), device is sm_90"});
   setenv(kBackendEnvVar, "trtllm_fp4_sm100", 1);
   expect_error([&] { select_backend_for_run(p, sm90); },
                {"MOEKIT_BACKEND", "needs FP4 tensor cores (SM100+), device is sm_90"});
@@ -165,11 +169,15 @@ TEST(Oracle, RegisteredImplementationsAreCompiledInAndAsked) {
 TEST(Oracle, ExecutableFilterForTools) {
   EnvGuard env;
   const MoeProblem p = cli_problem("tiny", "nvfp4", 8, "w4a16");
-  const BackendSelection s = select_backend_for_run(p, DeviceCapabilities::cpu(), "", {"reference"});
+  const BackendSelection s =
+      select_backend_for_run(p, DeviceCapabilities::cpu(), "", {"reference"});
   EXPECT_EQ(s.backend, Backend::kCpuReference);
   EXPECT_EQ(find(s, Backend::kCpuMonolithic)->reason, "accepted, but not executable by this tool");
-  expect_error([&] { select_backend_for_run(p, DeviceCapabilities::cpu(), "cpu_monolithic", {"reference"}); },
-               {"cpu_monolithic", "not executable by this tool"});
+  expect_error(
+      [&] {
+        select_backend_for_run(p, DeviceCapabilities::cpu(), "cpu_monolithic", {"reference"});
+      },
+      {"cpu_monolithic", "not executable by this tool"});
   EXPECT_EQ(run_backend_for(Backend::kCpuReference), "reference");
 }
 

@@ -27,7 +27,8 @@ Perm permute(const Tensor& ids, const Tensor* map, int e_local, int block) {
   const std::int64_t m = ids.shape()[0];
   const int k = static_cast<int>(ids.shape()[1]);
   Perm p{Tensor(DType::kI32, {e_local}), Tensor(DType::kI32, {e_local + 1}),
-         Tensor(DType::kI32, {permute_capacity(m, k, e_local, block)}), Tensor(DType::kI32, {m, k})};
+         Tensor(DType::kI32, {permute_capacity(m, k, e_local, block)}),
+         Tensor(DType::kI32, {m, k})};
   compute_permutation(ids, map ? map->view() : TensorView{}, e_local, block,
                       {p.counts, p.offsets, p.sorted, p.rows});
   return p;
@@ -113,7 +114,11 @@ TEST(Permute, RandomPropertiesAdversarialShapes) {
   const auto seed = test_seed();
   MOEKIT_LOG_SEED(seed);
   std::mt19937_64 rng(seed);
-  struct Case { std::int64_t m; int k, e, block; bool one_expert, with_map; };
+  struct Case {
+    std::int64_t m;
+    int k, e, block;
+    bool one_expert, with_map;
+  };
   const Case cases[] = {{0, 2, 4, 1, false, false},   {1, 1, 1, 1, false, false},
                         {1, 4, 8, 16, false, false},  {3, 8, 16, 1, false, true},
                         {37, 2, 8, 1, true, false},   {64, 4, 32, 128, false, true},
@@ -128,8 +133,11 @@ TEST(Permute, RandomPropertiesAdversarialShapes) {
       std::shuffle(perm.begin(), perm.end(), rng);
       for (int j = 0; j < c.k; ++j)
         ids[static_cast<std::size_t>(t * c.k + j)] =
-            c.one_expert ? (j == 0 ? 0 : perm[static_cast<std::size_t>(j)] == 0 ? perm[0] : perm[static_cast<std::size_t>(j)])
-                         : perm[static_cast<std::size_t>(j)];
+            c.one_expert
+                ? (j == 0                                   ? 0
+                   : perm[static_cast<std::size_t>(j)] == 0 ? perm[0]
+                                                            : perm[static_cast<std::size_t>(j)])
+                : perm[static_cast<std::size_t>(j)];
     }
     std::vector<int> local(static_cast<std::size_t>(c.e));
     int e_local = c.e;
@@ -138,7 +146,8 @@ TEST(Permute, RandomPropertiesAdversarialShapes) {
       e_local = 0;
       for (int g = 0; g < c.e; ++g) map[static_cast<std::size_t>(g)] = (rng() % 2) ? e_local++ : -1;
       if (e_local == 0) map[0] = e_local++;
-      for (int g = 0; g < c.e; ++g) local[static_cast<std::size_t>(g)] = map[static_cast<std::size_t>(g)];
+      for (int g = 0; g < c.e; ++g)
+        local[static_cast<std::size_t>(g)] = map[static_cast<std::size_t>(g)];
     } else {
       for (int g = 0; g < c.e; ++g) local[static_cast<std::size_t>(g)] = g;
     }
@@ -157,7 +166,8 @@ TEST(Permute, GatherCopiesRowsAndZeroesPadding) {
   Tensor ids = i32({0, 1, 1, 2, 2, 0, 1, 0, 2, 1}, {m, 2});
   Perm p = permute(ids, nullptr, 3, 4);
   Tensor x(DType::kBF16, {m, h});
-  for (std::int64_t i = 0; i < m * h; ++i) x.ptr<std::uint16_t>()[i] = static_cast<std::uint16_t>(rng());
+  for (std::int64_t i = 0; i < m * h; ++i)
+    x.ptr<std::uint16_t>()[i] = static_cast<std::uint16_t>(rng());
   const std::int64_t rows = p.sorted.numel();
   Tensor out(DType::kBF16, {rows, h});
   std::memset(out.data(), 0xAB, out.nbytes());  // poison
@@ -210,7 +220,8 @@ TEST(Permute, UnpermuteReduceOrderIsSlotOrderUnfused) {
   const std::int64_t m = 9, k = 4, h = 33, e = 6;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(m * k));
   for (std::int64_t t = 0; t < m; ++t)
-    for (std::int64_t j = 0; j < k; ++j) ids[static_cast<std::size_t>(t * k + j)] = static_cast<int>((t + j * 2) % e);
+    for (std::int64_t j = 0; j < k; ++j)
+      ids[static_cast<std::size_t>(t * k + j)] = static_cast<int>((t + j * 2) % e);
   Tensor tids = i32(ids, {m, k});
   Tensor map = i32({0, -1, 1, 2, -1, 3}, {e});
   Perm p = permute(tids, &map, 4, 1);
@@ -254,11 +265,17 @@ TEST(Permute, ErrorsNameTheArgument) {
   expect_error([&] { permute(ok, nullptr, 2, 0); }, {"block_size"});
   Perm p = permute(ok, nullptr, 2, 1);
   Tensor small(DType::kI32, {1});
-  expect_error([&] { compute_permutation(ok, {}, 2, 1, {p.counts, p.offsets, small, p.rows}); },
-               {"sorted_ids size"});
+  expect_error(
+      [&] {
+        compute_permutation(ok, {}, 2, 1, {p.counts, p.offsets, small, p.rows});
+      },
+      {"sorted_ids size"});
   Tensor f(DType::kF32, {1, 2});
-  expect_error([&] { compute_permutation(f, {}, 2, 1, {p.counts, p.offsets, p.sorted, p.rows}); },
-               {"topk_ids dtype"});
+  expect_error(
+      [&] {
+        compute_permutation(f, {}, 2, 1, {p.counts, p.offsets, p.sorted, p.rows});
+      },
+      {"topk_ids dtype"});
   Tensor x(DType::kF32, {1, 4}), out(DType::kF32, {2, 1, 4}), n(DType::kI32, {2});
   Tensor two = i32({0, 0}, {1, 2});
   expect_error([&] { scatter_batched(x, two, {}, 2, out, n); },

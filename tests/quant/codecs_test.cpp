@@ -1,6 +1,8 @@
 // Scalar codecs (formats.md sections 1-2): exhaustive over every bf16 pattern and a ~16M fp32
 // sample, against the CUDA toolkit's host emulation (when its headers are present) and against
 // the independent table model of quant_test_util.hpp (always).
+#include "moekit/quant/codecs.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "moekit/core/parallel.hpp"
-#include "moekit/quant/codecs.hpp"
 #include "quant/quant_test_util.hpp"
 
 #if MOEKIT_HAVE_CUDA_HEADERS
@@ -50,9 +51,11 @@ const std::vector<float>& fp32_ties() {
   static const std::vector<float> ties = [] {
     std::vector<float> v;
     const auto& t2 = quant_test::e2m1_table();
-    for (std::size_t i = 0; i + 1 < t2.size(); ++i) add_with_neighbors(v, float((t2[i] + t2[i + 1]) / 2));
+    for (std::size_t i = 0; i + 1 < t2.size(); ++i)
+      add_with_neighbors(v, float((t2[i] + t2[i + 1]) / 2));
     const auto& t8 = quant_test::e4m3_table();
-    for (std::size_t i = 0; i + 1 < t8.size(); ++i) add_with_neighbors(v, float((t8[i] + t8[i + 1]) / 2));
+    for (std::size_t i = 0; i + 1 < t8.size(); ++i)
+      add_with_neighbors(v, float((t8[i] + t8[i + 1]) / 2));
     add_with_neighbors(v, 464.0f);
     for (std::uint32_t h = 0; h < 0x7F80; ++h) {  // bf16 midpoints
       add_with_neighbors(v, float_of((h << 16) | 0x8000u));
@@ -119,21 +122,23 @@ std::string hex(std::uint32_t u) {
 // ---- Against the independent table model (always runs) ---------------------------------------
 TEST(Codecs, E2M1MatchesTableModel) {
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v, [](float x) { return float_to_e2m1(x) == quant_test::ref_e2m1(x); },
-              [](float x) {
-                return hex(bits_of(x)) + " -> " + std::to_string(float_to_e2m1(x)) + " vs " +
-                       std::to_string(quant_test::ref_e2m1(x));
-              });
+    check_all(
+        *v, [](float x) { return float_to_e2m1(x) == quant_test::ref_e2m1(x); },
+        [](float x) {
+          return hex(bits_of(x)) + " -> " + std::to_string(float_to_e2m1(x)) + " vs " +
+                 std::to_string(quant_test::ref_e2m1(x));
+        });
   }
 }
 
 TEST(Codecs, E4M3MatchesTableModel) {
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v, [](float x) { return float_to_e4m3(x) == quant_test::ref_e4m3(x); },
-              [](float x) {
-                return hex(bits_of(x)) + " -> " + std::to_string(float_to_e4m3(x)) + " vs " +
-                       std::to_string(quant_test::ref_e4m3(x));
-              });
+    check_all(
+        *v, [](float x) { return float_to_e4m3(x) == quant_test::ref_e4m3(x); },
+        [](float x) {
+          return hex(bits_of(x)) + " -> " + std::to_string(float_to_e4m3(x)) + " vs " +
+                 std::to_string(quant_test::ref_e4m3(x));
+        });
   }
 }
 
@@ -143,11 +148,12 @@ TEST(Codecs, E8M0CeilMatchesModel) {
   std::vector<float> v = every_bf16();
   for (int e = -149; e <= 127; ++e) add_with_neighbors(v, std::ldexp(1.0f, e));
   for (std::uint32_t m : {0x3FFFFFu, 0x400000u, 0x400001u, 0x7FFFFFu}) v.push_back(float_of(m));
-  check_all(v,
-            [](float x) {
-              return std::isnan(x) ? e8m0_ceil(x) == 0xFF : e8m0_ceil(x) == quant_test::ref_e8m0_ceil(x);
-            },
-            [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(e8m0_ceil(x)); });
+  check_all(
+      v,
+      [](float x) {
+        return std::isnan(x) ? e8m0_ceil(x) == 0xFF : e8m0_ceil(x) == quant_test::ref_e8m0_ceil(x);
+      },
+      [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(e8m0_ceil(x)); });
 }
 
 TEST(Codecs, DecodersMatchTableModel) {
@@ -203,7 +209,7 @@ TEST(Codecs, HandPickedValues) {
   EXPECT_EQ(e8m0_ceil(float_of(0x400001u)), 1);
   EXPECT_EQ(e8m0_ceil(3e38f), 254);
   EXPECT_EQ(e8m0_ceil(INFINITY), 254);
-  EXPECT_EQ(e8m0_floor_exponent(6.0f, 2), 127);   // floor(log2 6) = 2 -> 2 - 2 + 127
+  EXPECT_EQ(e8m0_floor_exponent(6.0f, 2), 127);  // floor(log2 6) = 2 -> 2 - 2 + 127
   EXPECT_EQ(e8m0_floor_exponent(8.0f, 2), 128);
   EXPECT_EQ(e8m0_floor_exponent(1e-39f, 2), 0);
   EXPECT_EQ(e8m0_floor_exponent(0.0f, 8), 0);
@@ -226,16 +232,17 @@ TEST(Codecs, HandPickedValues) {
 TEST(Codecs, F16MatchesCompilerFloat16) {
 #if defined(__FLT16_MAX__)
   for (const auto* v : {&every_bf16(), &fp32_ties()}) {
-    check_all(*v,
-              [](float x) {
-                const _Float16 h = static_cast<_Float16>(x);
-                std::uint16_t ref;
-                std::memcpy(&ref, &h, 2);
-                const std::uint16_t got = float_to_f16(x);
-                if (std::isnan(x)) return std::isnan(f16_to_float(got)) && (got >> 15) == (ref >> 15);
-                return got == ref;
-              },
-              [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(float_to_f16(x)); });
+    check_all(
+        *v,
+        [](float x) {
+          const _Float16 h = static_cast<_Float16>(x);
+          std::uint16_t ref;
+          std::memcpy(&ref, &h, 2);
+          const std::uint16_t got = float_to_f16(x);
+          if (std::isnan(x)) return std::isnan(f16_to_float(got)) && (got >> 15) == (ref >> 15);
+          return got == ref;
+        },
+        [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(float_to_f16(x)); });
   }
   for (std::uint32_t h = 0; h < 65536; ++h) {
     _Float16 f;
@@ -263,22 +270,23 @@ TEST(Codecs, Bf16RoundTripAndRounding) {
     }
   }
   // RN-even against a double model: the nearer of the two bf16 magnitudes around |x|.
-  check_all(fp32_sample(),
-            [](float x) {
-              if (std::isnan(x)) return std::isnan(bf16_to_float(float_to_bf16(x)));
-              const std::uint32_t u = bits_of(x);
-              const std::uint32_t mag = u & 0x7FFFFFFFu, lo = mag >> 16;
-              std::uint32_t want = lo;
-              if (mag < 0x7F800000u) {
-                const int e = static_cast<int>(lo >> 7);
-                const double ulp = std::ldexp(1.0, std::max(e, 1) - 127 - 7);
-                const double a = bf16_to_float(static_cast<std::uint16_t>(lo));
-                const double d1 = std::fabs(double(x)) - a, d2 = a + ulp - std::fabs(double(x));
-                want = d1 < d2 ? lo : d2 < d1 ? lo + 1 : (lo & 1 ? lo + 1 : lo);
-              }
-              return float_to_bf16(x) == (want | ((u >> 16) & 0x8000u));
-            },
-            [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(float_to_bf16(x)); });
+  check_all(
+      fp32_sample(),
+      [](float x) {
+        if (std::isnan(x)) return std::isnan(bf16_to_float(float_to_bf16(x)));
+        const std::uint32_t u = bits_of(x);
+        const std::uint32_t mag = u & 0x7FFFFFFFu, lo = mag >> 16;
+        std::uint32_t want = lo;
+        if (mag < 0x7F800000u) {
+          const int e = static_cast<int>(lo >> 7);
+          const double ulp = std::ldexp(1.0, std::max(e, 1) - 127 - 7);
+          const double a = bf16_to_float(static_cast<std::uint16_t>(lo));
+          const double d1 = std::fabs(double(x)) - a, d2 = a + ulp - std::fabs(double(x));
+          want = d1 < d2 ? lo : d2 < d1 ? lo + 1 : (lo & 1 ? lo + 1 : lo);
+        }
+        return float_to_bf16(x) == (want | ((u >> 16) & 0x8000u));
+      },
+      [](float x) { return hex(bits_of(x)) + " -> " + std::to_string(float_to_bf16(x)); });
 }
 
 // ---- Against the CUDA toolkit's host emulation -----------------------------------------------
@@ -300,11 +308,12 @@ TEST(CodecsToolkit, FloatToE2M1) {
   f.y = -6.0f;
   EXPECT_EQ(__nv_cvt_float2_to_fp4x2(f, __NV_E2M1, cudaRoundNearest), pack_e2m1x2(0x2, 0xF));
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v, [](float x) { return float_to_e2m1(x) == toolkit_e2m1(x); },
-              [](float x) {
-                return hex(bits_of(x)) + " -> " + std::to_string(float_to_e2m1(x)) + " vs toolkit " +
-                       std::to_string(toolkit_e2m1(x));
-              });
+    check_all(
+        *v, [](float x) { return float_to_e2m1(x) == toolkit_e2m1(x); },
+        [](float x) {
+          return hex(bits_of(x)) + " -> " + std::to_string(float_to_e2m1(x)) + " vs toolkit " +
+                 std::to_string(toolkit_e2m1(x));
+        });
   }
 #else
   GTEST_SKIP() << "CUDA toolkit headers (cuda_fp4.h) not found: exhaustive cross-check skipped";
@@ -314,11 +323,12 @@ TEST(CodecsToolkit, FloatToE2M1) {
 TEST(CodecsToolkit, FloatToE4M3) {
 #if MOEKIT_HAVE_CUDA_HEADERS
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v, [](float x) { return float_to_e4m3(x) == toolkit_e4m3(x); },
-              [](float x) {
-                return hex(bits_of(x)) + " -> " + std::to_string(float_to_e4m3(x)) + " vs toolkit " +
-                       std::to_string(toolkit_e4m3(x));
-              });
+    check_all(
+        *v, [](float x) { return float_to_e4m3(x) == toolkit_e4m3(x); },
+        [](float x) {
+          return hex(bits_of(x)) + " -> " + std::to_string(float_to_e4m3(x)) + " vs toolkit " +
+                 std::to_string(toolkit_e4m3(x));
+        });
   }
   // The __nv_fp8_e4m3 type (satfinite RN constructor) agrees too.
   for (float x : every_bf16()) {
@@ -332,17 +342,18 @@ TEST(CodecsToolkit, FloatToE4M3) {
 TEST(CodecsToolkit, FloatToE8M0) {
 #if MOEKIT_HAVE_CUDA_HEADERS
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v,
-              [](float x) {
-                return e8m0_ceil(x) == __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf) &&
-                       e8m0_floor(x) == __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
-              },
-              [](float x) {
-                return hex(bits_of(x)) + " -> ceil " + std::to_string(e8m0_ceil(x)) + " vs " +
-                       std::to_string(__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)) +
-                       ", floor " + std::to_string(e8m0_floor(x)) + " vs " +
-                       std::to_string(__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero));
-              });
+    check_all(
+        *v,
+        [](float x) {
+          return e8m0_ceil(x) == __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf) &&
+                 e8m0_floor(x) == __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
+        },
+        [](float x) {
+          return hex(bits_of(x)) + " -> ceil " + std::to_string(e8m0_ceil(x)) + " vs " +
+                 std::to_string(__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)) +
+                 ", floor " + std::to_string(e8m0_floor(x)) + " vs " +
+                 std::to_string(__nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero));
+        });
   }
 #else
   GTEST_SKIP() << "CUDA toolkit headers (cuda_fp8.h) not found: exhaustive cross-check skipped";
@@ -352,20 +363,21 @@ TEST(CodecsToolkit, FloatToE8M0) {
 TEST(CodecsToolkit, Bf16AndF16) {
 #if MOEKIT_HAVE_CUDA_HEADERS
   for (const auto* v : {&every_bf16(), &fp32_sample()}) {
-    check_all(*v,
-              [](float x) {
-                const std::uint16_t b = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-                const std::uint16_t h = __half_as_ushort(__float2half_rn(x));
-                if (std::isnan(x)) {
-                  return std::isnan(bf16_to_float(float_to_bf16(x))) &&
-                         std::isnan(f16_to_float(float_to_f16(x)));
-                }
-                return float_to_bf16(x) == b && float_to_f16(x) == h;
-              },
-              [](float x) {
-                return hex(bits_of(x)) + " -> bf16 " + std::to_string(float_to_bf16(x)) + ", f16 " +
-                       std::to_string(float_to_f16(x));
-              });
+    check_all(
+        *v,
+        [](float x) {
+          const std::uint16_t b = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+          const std::uint16_t h = __half_as_ushort(__float2half_rn(x));
+          if (std::isnan(x)) {
+            return std::isnan(bf16_to_float(float_to_bf16(x))) &&
+                   std::isnan(f16_to_float(float_to_f16(x)));
+          }
+          return float_to_bf16(x) == b && float_to_f16(x) == h;
+        },
+        [](float x) {
+          return hex(bits_of(x)) + " -> bf16 " + std::to_string(float_to_bf16(x)) + ", f16 " +
+                 std::to_string(float_to_f16(x));
+        });
   }
   for (std::uint32_t h = 0; h < 65536; ++h) {
     const float ref = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
@@ -385,7 +397,8 @@ TEST(CodecsToolkit, CodesToFloat) {
 #if MOEKIT_HAVE_CUDA_HEADERS
   for (int c = 0; c < 16; ++c) {
     const __half_raw h = __nv_cvt_fp4_to_halfraw(static_cast<__nv_fp4_storage_t>(c), __NV_E2M1);
-    EXPECT_EQ(bits_of(e2m1_to_float(static_cast<std::uint8_t>(c))), bits_of(__half2float(__half(h))))
+    EXPECT_EQ(bits_of(e2m1_to_float(static_cast<std::uint8_t>(c))),
+              bits_of(__half2float(__half(h))))
         << c;
   }
   for (int c = 0; c < 256; ++c) {

@@ -1,12 +1,13 @@
 // Block-scale layouts (formats.md section 6): offset formulas, their inverses, and the host
 // swizzle / unswizzle transforms.
+#include "moekit/quant/layout.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "moekit/quant/layout.hpp"
 #include "quant/quant_test_util.hpp"
 
 namespace moekit {
@@ -95,23 +96,31 @@ TEST(Layout, Validation) {
   Tensor lin(DType::kE4M3, Shape{3, 5});
   Tensor ok(DType::kE4M3, Shape{128, 8});
   quant_test::expect_error(
-      [&] { swizzle_scales(lin, ScaleLayout::kSwizzled128x4, Tensor(DType::kE4M3, Shape{128, 5})); },
+      [&] {
+        swizzle_scales(lin, ScaleLayout::kSwizzled128x4, Tensor(DType::kE4M3, Shape{128, 5}));
+      },
       {"swizzle_scales", "out.shape", "[128, 8]", "[128, 5]"});
   quant_test::expect_error(
-      [&] { swizzle_scales(lin, ScaleLayout::kSwizzled128x4, Tensor(DType::kE8M0, Shape{128, 8})); },
+      [&] {
+        swizzle_scales(lin, ScaleLayout::kSwizzled128x4, Tensor(DType::kE8M0, Shape{128, 8}));
+      },
       {"out.dtype", "e4m3", "e8m0"});
   quant_test::expect_error(
-      [&] { swizzle_scales(Tensor(DType::kF32, Shape{3, 5}), ScaleLayout::kSwizzled128x4, ok); },
+      [&] {
+        swizzle_scales(Tensor(DType::kF32, Shape{3, 5}), ScaleLayout::kSwizzled128x4, ok);
+      },
       {"linear.dtype", "f32"});
-  const TensorView on_gpu(reinterpret_cast<void*>(0x1000), DType::kE4M3, Shape{3, 5}, Device::cuda(0));
+  const TensorView on_gpu(reinterpret_cast<void*>(0x1000), DType::kE4M3, Shape{3, 5},
+                          Device::cuda(0));
   quant_test::expect_error([&] { swizzle_scales(on_gpu, ScaleLayout::kSwizzled128x4, ok); },
                            {"linear.device", "host", "cuda:0"});
   quant_test::expect_error(
-      [&] { unswizzle_scales(ok, ScaleLayout::kSwizzled128x4, 3, 5, Tensor(DType::kE4M3, Shape{3, 4})); },
+      [&] {
+        unswizzle_scales(ok, ScaleLayout::kSwizzled128x4, 3, 5, Tensor(DType::kE4M3, Shape{3, 4}));
+      },
       {"unswizzle_scales", "out.shape", "[3, 5]"});
-  quant_test::expect_error(
-      [&] { unswizzle_scales(ok, ScaleLayout::kSwizzled8x4, 3, 5, lin); },
-      {"swizzled.shape", "[8, 8]", "[128, 8]"});
+  quant_test::expect_error([&] { unswizzle_scales(ok, ScaleLayout::kSwizzled8x4, 3, 5, lin); },
+                           {"swizzled.shape", "[8, 8]", "[128, 8]"});
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ inline std::uint64_t test_seed() {
   return seed;
 }
 
-#define QUANT_TEST_LOG_SEED(seed)                                                       \
+#define QUANT_TEST_LOG_SEED(seed)                                                        \
   SCOPED_TRACE("seed " + std::to_string(seed) + " (set MOEKIT_TEST_SEED to reproduce)"); \
   ::testing::Test::RecordProperty("seed", std::to_string(seed))
 
@@ -97,9 +97,7 @@ inline std::uint8_t ref_e4m3(float x) {
   return static_cast<std::uint8_t>(nearest_code(e4m3_table(), std::fabs(double(x))) |
                                    (std::signbit(x) ? 0x80 : 0));
 }
-inline double ref_e2m1_value(std::uint8_t c) {
-  return (c & 8 ? -1 : 1) * e2m1_table()[c & 7];
-}
+inline double ref_e2m1_value(std::uint8_t c) { return (c & 8 ? -1 : 1) * e2m1_table()[c & 7]; }
 inline double ref_e4m3_value(std::uint8_t c) {
   if ((c & 0x7F) == 0x7F) return std::nan("");
   return (c & 0x80 ? -1 : 1) * e4m3_table()[c & 0x7F];
@@ -137,8 +135,9 @@ inline std::int64_t ref_padded_cols(ScaleLayout l, std::int64_t kb) {
   return l == ScaleLayout::kLinear ? kb : (kb + 3) / 4 * 4;
 }
 // Lays out linear [B, M, Kb] scale bytes in `layout` (padding 0) via the inverse formula.
-inline std::vector<std::uint8_t> ref_layout(const std::vector<std::uint8_t>& linear, std::int64_t batch,
-                                            std::int64_t m, std::int64_t kb, ScaleLayout layout) {
+inline std::vector<std::uint8_t> ref_layout(const std::vector<std::uint8_t>& linear,
+                                            std::int64_t batch, std::int64_t m, std::int64_t kb,
+                                            ScaleLayout layout) {
   if (layout == ScaleLayout::kLinear) return linear;
   const std::int64_t per = ref_padded_rows(layout, m) * ref_padded_cols(layout, kb);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(batch * per), 0);
@@ -154,7 +153,7 @@ inline std::vector<std::uint8_t> ref_layout(const std::vector<std::uint8_t>& lin
 
 // ---- Independent quantizer model (formats.md sections 3-5, fp32 written out). -------------------
 struct RefQuantized {
-  std::vector<std::uint8_t> values;  // packed e2m1x2 or e4m3 bytes (bf16: none)
+  std::vector<std::uint8_t> values;        // packed e2m1x2 or e4m3 bytes (bf16: none)
   std::vector<std::uint8_t> block_scales;  // linear [B, M, Kb]
   std::vector<float> f32_scales;           // FP8 schemes
   std::vector<float> global_scale;         // NVFP4*
@@ -179,7 +178,8 @@ inline RefQuantized ref_quantize(const std::vector<float>& x, std::int64_t batch
   if (s == QuantScheme::kNVFP4 || s == QuantScheme::kNVFP4PerToken || s == QuantScheme::kMXFP4 ||
       s == QuantScheme::kMXFP8) {
     const bool fp4 = s != QuantScheme::kMXFP8;
-    const std::int64_t sfv = (s == QuantScheme::kNVFP4 || s == QuantScheme::kNVFP4PerToken) ? 16 : 32;
+    const std::int64_t sfv =
+        (s == QuantScheme::kNVFP4 || s == QuantScheme::kNVFP4PerToken) ? 16 : 32;
     const std::int64_t kb = k / sfv;
     out.values.assign(static_cast<std::size_t>(batch * m * (fp4 ? k / 2 : k)), 0);
     out.block_scales.assign(static_cast<std::size_t>(batch * m * kb), 0);
@@ -219,7 +219,9 @@ inline RefQuantized ref_quantize(const std::vector<float>& x, std::int64_t batch
               // OCP: floor(log2(vmax)) - emax, biased, clamped.
               int e = 0;
               const int fl = vmax > 0.0f && std::isfinite(vmax) ? (std::frexp(vmax, &e), e - 1) : 0;
-              const int biased = vmax == 0.0f ? 0 : std::isinf(vmax) ? 128 + 127 - emax : fl - emax + 127;
+              const int biased = vmax == 0.0f       ? 0
+                                 : std::isinf(vmax) ? 128 + 127 - emax
+                                                    : fl - emax + 127;
               byte = static_cast<std::uint8_t>(std::clamp(biased, 0, 254));
             }
             out_scale = vmax != 0.0f ? static_cast<float>(std::ldexp(1.0, 127 - byte)) : 0.0f;
@@ -278,7 +280,8 @@ inline RefQuantized ref_quantize(const std::vector<float>& x, std::int64_t batch
           const float sc = block_s(amax);
           out.f32_scales.push_back(sc);
           for (std::int64_t r = rt * 128; r < std::min(m, rt * 128 + 128); ++r) {
-            for (std::int64_t kk = g * 128; kk < std::min(k, g * 128 + 128); ++kk) s_of[r * k + kk] = sc;
+            for (std::int64_t kk = g * 128; kk < std::min(k, g * 128 + 128); ++kk)
+              s_of[r * k + kk] = sc;
           }
         }
       }

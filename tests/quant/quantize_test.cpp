@@ -1,6 +1,8 @@
 // The quantize op on the reference backend: hand-computed golden bytes, then a sweep over every
 // scheme x layout x input dtype x M x Kb compared byte for byte with the independent model in
 // quant_test_util.hpp (formats.md section 7), plus special values and dequantization.
+#include "moekit/quant/quantize.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "moekit/quant/codecs.hpp"
-#include "moekit/quant/quantize.hpp"
 #include "quant/quant_test_util.hpp"
 
 namespace moekit {
@@ -36,7 +37,8 @@ Tensor f32_tensor(const std::vector<float>& v, Shape shape) {
 }
 
 // The input in `dtype`, and (through `exact`) its exact fp32 values.
-Tensor make_input(const std::vector<float>& v, Shape shape, DType dtype, std::vector<float>* exact) {
+Tensor make_input(const std::vector<float>& v, Shape shape, DType dtype,
+                  std::vector<float>* exact) {
   Tensor t(dtype, shape);
   exact->resize(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -60,19 +62,19 @@ TEST(QuantizeGolden, Nvfp4HandComputed) {
   // the codes are e2m1 of the inputs: every tie point, -0 and a tiny negative. Block 1: all zero.
   // Block 2: vmax = 1e-4, SF ~ 1.7e-5 rounds to e4m3 0 -> out_scale = FLT_MAX: non-zero codes
   // saturate to +-6, -0 stays 0x8.
-  std::vector<float> x = {0, 0.25f, 0.26f, 0.75f, -0.75f, 1.25f, 1.3f, 1.75f,
-                          2.5f, 2.6f, 3.5f, -5, 5.1f, 6, -0.1f, -0.0f};
+  std::vector<float> x = {0,    0.25f, 0.26f, 0.75f, -0.75f, 1.25f, 1.3f,  1.75f,
+                          2.5f, 2.6f,  3.5f,  -5,    5.1f,   6,     -0.1f, -0.0f};
   x.resize(32, 0.0f);
   const std::vector<float> tiny = {1e-4f, -1e-4f, 0, -0.0f, 5e-5f, -5e-5f, 1e-5f, 0,
-                                   0, 0, 0, 0, 0, 0, 0, 0};
+                                   0,     0,      0, 0,     0,     0,      0,     0};
   x.insert(x.end(), tiny.begin(), tiny.end());
   const Tensor in = f32_tensor(x, Shape{1, 48});
   const Tensor gs = f32_tensor({1.0f}, Shape{1});
   const QuantizedTensor q = quantize(in, {QuantScheme::kNVFP4, ScaleLayout::kLinear}, gs);
   EXPECT_EQ(bytes_of(q.values),
             (std::vector<std::uint8_t>{0x00, 0x21, 0x2A, 0x43, 0x54, 0xE6, 0x77, 0x88,  //
-                                       0, 0, 0, 0, 0, 0, 0, 0,                          //
-                                       0xF7, 0x80, 0xF7, 0x07, 0, 0, 0, 0}));
+                                       0,    0,    0,    0,    0,    0,    0,    0,     //
+                                       0xF7, 0x80, 0xF7, 0x07, 0,    0,    0,    0}));
   EXPECT_EQ(bytes_of(q.scales), (std::vector<std::uint8_t>{0x38, 0x00, 0x00}));
   EXPECT_EQ(floats_of(q.global_scale), std::vector<float>{1.0f});
   const std::vector<float> dq = floats_of(dequantize(q.view()));
@@ -91,8 +93,8 @@ TEST(QuantizeGolden, Nvfp4ComputedGlobalScale) {
   EXPECT_EQ(bytes_of(qz.scales), std::vector<std::uint8_t>(2, 0));
   EXPECT_EQ(bytes_of(qz.values), std::vector<std::uint8_t>(16, 0));
   std::vector<float> v(32, 0.0f);
-  v[3] = -1344.0f;   // row 0
-  v[20] = 2688.0f;   // row 1
+  v[3] = -1344.0f;  // row 0
+  v[20] = 2688.0f;  // row 1
   const QuantizedTensor qt = quantize(f32_tensor(v, Shape{2, 16}), {QuantScheme::kNVFP4PerToken});
   EXPECT_EQ(floats_of(qt.global_scale), (std::vector<float>{2.0f, 1.0f}));
 }
@@ -106,8 +108,10 @@ TEST(QuantizeGolden, Mxfp4HandComputed) {
   std::copy(std::begin(r0), std::end(r0), x.begin());
   std::copy(std::begin(r1), std::end(r1), x.begin() + 32);
   const Tensor in = f32_tensor(x, Shape{2, 32});
-  const QuantizedTensor rc = quantize(in, {QuantScheme::kMXFP4, ScaleLayout::kLinear, ScaleRule::kRceil});
-  const QuantizedTensor fl = quantize(in, {QuantScheme::kMXFP4, ScaleLayout::kLinear, ScaleRule::kFloor});
+  const QuantizedTensor rc =
+      quantize(in, {QuantScheme::kMXFP4, ScaleLayout::kLinear, ScaleRule::kRceil});
+  const QuantizedTensor fl =
+      quantize(in, {QuantScheme::kMXFP4, ScaleLayout::kLinear, ScaleRule::kFloor});
   EXPECT_EQ(bytes_of(rc.scales), (std::vector<std::uint8_t>{127, 128}));
   EXPECT_EQ(bytes_of(fl.scales), (std::vector<std::uint8_t>{127, 127}));
   std::vector<std::uint8_t> row0(16, 0), rc1(16, 0), fl1(16, 0);
@@ -144,8 +148,8 @@ TEST(QuantizeGolden, Mxfp8AndFp8HandComputed) {
   EXPECT_EQ(bytes_of(m.scales), std::vector<std::uint8_t>{119});
 
   // FP8 per-tensor, amax 448 -> s = 1: codes are e4m3 of the inputs.
-  const QuantizedTensor t =
-      quantize(f32_tensor({448, -224, 1, 0, -0.0f, 0.1f}, Shape{2, 3}), {QuantScheme::kFP8PerTensor});
+  const QuantizedTensor t = quantize(f32_tensor({448, -224, 1, 0, -0.0f, 0.1f}, Shape{2, 3}),
+                                     {QuantScheme::kFP8PerTensor});
   EXPECT_EQ(bytes_of(t.values), (std::vector<std::uint8_t>{0x7E, 0xF6, 0x38, 0x00, 0x80, 0x1D}));
   EXPECT_EQ(floats_of(t.scales), std::vector<float>{1.0f});
   // Per-token: row 1 is all zero -> the floor 1/(448*512).
@@ -158,7 +162,8 @@ TEST(QuantizeGolden, Mxfp8AndFp8HandComputed) {
                                      {QuantScheme::kFP8Block1x128});
   EXPECT_EQ(floats_of(b.scales), std::vector<float>{1e-10f / 448.0f});
   // bf16: a conversion.
-  const QuantizedTensor h = quantize(f32_tensor({1.00390625f, -2.0f}, Shape{1, 2}), {QuantScheme::kBF16});
+  const QuantizedTensor h =
+      quantize(f32_tensor({1.00390625f, -2.0f}, Shape{1, 2}), {QuantScheme::kBF16});
   EXPECT_EQ(h.values.ptr<std::uint16_t>()[0], 0x3F80);
   EXPECT_EQ(h.values.ptr<std::uint16_t>()[1], 0xC000);
   EXPECT_FALSE(h.scales.defined());
@@ -189,11 +194,21 @@ std::vector<float> sweep_data(std::mt19937_64& rng, std::int64_t n, std::int64_t
     if (i % k == 0) row_scale = std::ldexp(1.0f, pick(rng) - 6) * (1.0f + 0.1f * pick(rng));
     const std::int64_t blk = (i % k) / 16;
     switch ((i / k + blk) % 7) {
-      case 0: v[i] = 0.0f; break;
-      case 1: v[i] = pick(rng) < 8 ? -0.0f : -1e-30f; break;
-      case 2: v[i] = normal(rng) * 1e-6f; break;
-      case 3: v[i] = 0.25f * static_cast<float>(pick(rng) - 8) * row_scale; break;
-      default: v[i] = normal(rng) * row_scale * (pick(rng) == 0 ? 1000.0f : 1.0f); break;
+      case 0:
+        v[i] = 0.0f;
+        break;
+      case 1:
+        v[i] = pick(rng) < 8 ? -0.0f : -1e-30f;
+        break;
+      case 2:
+        v[i] = normal(rng) * 1e-6f;
+        break;
+      case 3:
+        v[i] = 0.25f * static_cast<float>(pick(rng) - 8) * row_scale;
+        break;
+      default:
+        v[i] = normal(rng) * row_scale * (pick(rng) == 0 ? 1000.0f : 1.0f);
+        break;
     }
   }
   return v;
@@ -246,7 +261,8 @@ void run_case(const SweepCase& c, std::mt19937_64& rng) {
   }
 
   // Dequantization, bitwise against the spec formulas written out here.
-  const Tensor dq = dequantize(QuantizedView{values.view(), scales.view(), gscale.view(), c.config});
+  const Tensor dq =
+      dequantize(QuantizedView{values.view(), scales.view(), gscale.view(), c.config});
   const float* d = dq.ptr<const float>();
   const std::int64_t sfv = scale_block_size(c.config.scheme);
   for (std::int64_t i = 0; i < c.batch * c.m * c.k; ++i) {
@@ -271,10 +287,18 @@ void run_case(const SweepCase& c, std::mt19937_64& rng) {
           scale = static_cast<float>(
               std::ldexp(1.0, ref.block_scales[(b * c.m + r) * (c.k / 32) + kk / 32] - 127));
           break;
-        case QuantScheme::kFP8PerTensor: scale = ref.f32_scales[b]; break;
-        case QuantScheme::kFP8PerToken: scale = ref.f32_scales[b * c.m + r]; break;
-        case QuantScheme::kFP8Block1x128: scale = ref.f32_scales[(b * c.m + r) * g + kk / 128]; break;
-        default: scale = ref.f32_scales[(b * ((c.m + 127) / 128) + r / 128) * g + kk / 128]; break;
+        case QuantScheme::kFP8PerTensor:
+          scale = ref.f32_scales[b];
+          break;
+        case QuantScheme::kFP8PerToken:
+          scale = ref.f32_scales[b * c.m + r];
+          break;
+        case QuantScheme::kFP8Block1x128:
+          scale = ref.f32_scales[(b * c.m + r) * g + kk / 128];
+          break;
+        default:
+          scale = ref.f32_scales[(b * ((c.m + 127) / 128) + r / 128) * g + kk / 128];
+          break;
       }
       want = v * scale;
     }
@@ -304,7 +328,9 @@ TEST_P(QuantizeSweep, MatchesIndependentModel) {
         // Every (M, K) pair once; the input dtype rotates so each layout sees all three.
         int pair = 0;
         for (std::int64_t m : {1, 3, 127, 128, 129}) {
-          const int sfv = block ? scale_block_size(scheme) : scheme == QuantScheme::kBF16 ? 16 : 128;
+          const int sfv = block                          ? scale_block_size(scheme)
+                          : scheme == QuantScheme::kBF16 ? 16
+                                                         : 128;
           std::vector<std::int64_t> ks = {3 * sfv, 4 * sfv, 5 * sfv};
           if (scheme == QuantScheme::kFP8Block128x128 || scheme == QuantScheme::kFP8Block1x128) {
             ks = {200, 384};  // a partial last group, and whole ones
@@ -340,7 +366,8 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, QuantizeSweep,
 
 // NaN, +-Inf and huge values: deterministic bytes for every scheme, equal to the model's.
 TEST(QuantizeSpecial, SpecialValues) {
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> v(4 * 128, 0.5f);
   const float specials[] = {inf, -inf, nan, -nan, 3e38f, -3e38f, 1e-40f, -1e-45f};
   for (int i = 0; i < 8; ++i) v[i * 37 % v.size()] = specials[i];
@@ -361,7 +388,8 @@ TEST(QuantizeSpecial, SpecialValues) {
       } else {
         const auto got = floats_of(q.scales);
         ASSERT_EQ(got.size(), ref.f32_scales.size());
-        for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(bits_of(got[i]), bits_of(ref.f32_scales[i]));
+        for (std::size_t i = 0; i < got.size(); ++i)
+          EXPECT_EQ(bits_of(got[i]), bits_of(ref.f32_scales[i]));
       }
       if (q.global_scale.defined()) {
         const auto got = floats_of(q.global_scale);
@@ -399,9 +427,9 @@ TEST(QuantizeRoundTrip, RelativeErrorBounds) {
   const struct {
     QuantScheme scheme;
     double bound;
-  } cases[] = {{QuantScheme::kNVFP4, 0.12},        {QuantScheme::kNVFP4PerToken, 0.12},
-               {QuantScheme::kMXFP4, 0.16},        {QuantScheme::kMXFP8, 0.04},
-               {QuantScheme::kFP8PerTensor, 0.04}, {QuantScheme::kFP8PerToken, 0.04},
+  } cases[] = {{QuantScheme::kNVFP4, 0.12},         {QuantScheme::kNVFP4PerToken, 0.12},
+               {QuantScheme::kMXFP4, 0.16},         {QuantScheme::kMXFP8, 0.04},
+               {QuantScheme::kFP8PerTensor, 0.04},  {QuantScheme::kFP8PerToken, 0.04},
                {QuantScheme::kFP8Block1x128, 0.04}, {QuantScheme::kFP8Block128x128, 0.04},
                {QuantScheme::kBF16, 0.003}};
   for (const auto& c : cases) {

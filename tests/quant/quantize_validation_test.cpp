@@ -33,16 +33,23 @@ const QuantConfig kNv{QuantScheme::kNVFP4, ScaleLayout::kSwizzled128x4};
 
 TEST(QuantizeValidation, InputTensor) {
   const Outputs o = outputs_for(Shape{4, 32}, kNv);
-  expect_error([&] { quantize(Tensor::zeros(DType::kI32, Shape{4, 32}), kNv, o.view(kNv)); },
-               {"quantize", "x.dtype", "f32, f16 or bf16", "i32"});
+  expect_error(
+      [&] {
+        quantize(Tensor::zeros(DType::kI32, Shape{4, 32}), kNv, o.view(kNv));
+      },
+      {"quantize", "x.dtype", "f32, f16 or bf16", "i32"});
   Tensor big = Tensor::zeros(DType::kF32, Shape{4, 64});
   const TensorView strided(big.data(), DType::kF32, Shape{4, 32}, Shape{64, 1}, Device::host());
   expect_error([&] { quantize(strided, kNv, o.view(kNv)); }, {"x", "contiguous", "[64, 1]"});
   expect_error([&] { quantize(Tensor::zeros(DType::kF32, Shape{128}), kNv, o.view(kNv)); },
                {"x.shape", "[M, K] or [B, M, K]", "[128]"});
-  expect_error([&] { quantize(Tensor::zeros(DType::kF32, Shape{4, 40}), kNv, o.view(kNv)); },
-               {"K", "multiple of 16", "40"});
-  const TensorView on_gpu(reinterpret_cast<void*>(0x1000), DType::kF32, Shape{4, 32}, Device::cuda(0));
+  expect_error(
+      [&] {
+        quantize(Tensor::zeros(DType::kF32, Shape{4, 40}), kNv, o.view(kNv));
+      },
+      {"K", "multiple of 16", "40"});
+  const TensorView on_gpu(reinterpret_cast<void*>(0x1000), DType::kF32, Shape{4, 32},
+                          Device::cuda(0));
   expect_error([&] { quantize(on_gpu, kNv, o.view(kNv)); },
                {"x.device", "host tensor (backend reference)", "cuda:0"});
 }
@@ -54,7 +61,8 @@ TEST(QuantizeValidation, OutputTensors) {
   QuantizedView v = o.view(kNv);
   Tensor wrong_values = Tensor::zeros(DType::kE2M1x2, Shape{4, 32});
   v.values = wrong_values;
-  expect_error([&] { quantize(x, kNv, v); }, {"out.values.shape", "[4, 16]", "[4, 32]", "infer_quant_shapes"});
+  expect_error([&] { quantize(x, kNv, v); },
+               {"out.values.shape", "[4, 16]", "[4, 32]", "infer_quant_shapes"});
   Tensor wrong_dtype = Tensor::zeros(DType::kU8, Shape{4, 16});
   v.values = wrong_dtype;
   expect_error([&] { quantize(x, kNv, v); }, {"out.values.dtype", "e2m1x2", "u8"});
@@ -112,27 +120,44 @@ TEST(QuantizeValidation, Backend) {
                {"x.device", "CUDA tensor (backend cuda)", "host"});
 #else
   const TensorView gx(reinterpret_cast<void*>(0x1000), DType::kF32, Shape{4, 32}, Device::cuda(0));
-  const TensorView gv(reinterpret_cast<void*>(0x2000), DType::kE2M1x2, Shape{4, 16}, Device::cuda(0));
-  const TensorView gs(reinterpret_cast<void*>(0x3000), DType::kE4M3, Shape{128, 4}, Device::cuda(0));
+  const TensorView gv(reinterpret_cast<void*>(0x2000), DType::kE2M1x2, Shape{4, 16},
+                      Device::cuda(0));
+  const TensorView gs(reinterpret_cast<void*>(0x3000), DType::kE4M3, Shape{128, 4},
+                      Device::cuda(0));
   const TensorView gg(reinterpret_cast<void*>(0x4000), DType::kF32, Shape{1}, Device::cuda(0));
-  expect_error([&] { quantize(gx, kNv, {gv, gs, gg, kNv}, QuantBackend::kCuda); },
-               {"backend", "built without CUDA", "cuda"});
+  expect_error(
+      [&] {
+        quantize(gx, kNv, {gv, gs, gg, kNv}, QuantBackend::kCuda);
+      },
+      {"backend", "built without CUDA", "cuda"});
 #endif
 }
 
 TEST(QuantizeValidation, Dequantize) {
   const Tensor x = Tensor::zeros(DType::kF32, Shape{4, 32});
   const QuantizedTensor q = quantize(x, kNv);
-  expect_error([&] { dequantize(q.view(), Tensor(DType::kBF16, Shape{4, 32})); },
-               {"dequantize", "out.dtype", "f32", "bf16"});
-  expect_error([&] { dequantize(q.view(), Tensor(DType::kF32, Shape{4, 64})); },
-               {"q.values.shape", "[4, 32]", "[4, 16]"});
-  expect_error([&] { dequantize(q.view(), Tensor(DType::kF32, Shape{4, 24})); },
-               {"dequantize", "multiple of 16"});
+  expect_error(
+      [&] {
+        dequantize(q.view(), Tensor(DType::kBF16, Shape{4, 32}));
+      },
+      {"dequantize", "out.dtype", "f32", "bf16"});
+  expect_error(
+      [&] {
+        dequantize(q.view(), Tensor(DType::kF32, Shape{4, 64}));
+      },
+      {"q.values.shape", "[4, 32]", "[4, 16]"});
+  expect_error(
+      [&] {
+        dequantize(q.view(), Tensor(DType::kF32, Shape{4, 24}));
+      },
+      {"dequantize", "multiple of 16"});
   QuantizedView wrong = q.view();
   wrong.config.layout = ScaleLayout::kLinear;
-  expect_error([&] { dequantize(wrong, Tensor(DType::kF32, Shape{4, 32})); },
-               {"q.scales.shape", "[4, 2]", "[128, 4]"});
+  expect_error(
+      [&] {
+        dequantize(wrong, Tensor(DType::kF32, Shape{4, 32}));
+      },
+      {"q.scales.shape", "[4, 2]", "[128, 4]"});
   wrong = q.view();
   wrong.global_scale = TensorView();
   expect_error([&] { dequantize(wrong); }, {"q.global_scale", "absent"});

@@ -53,13 +53,14 @@ TEST(WeightPrep, LayoutsByHand) {
   EXPECT_EQ(row_at(halves, 0, 1), 2);
   EXPECT_EQ(row_at(halves, 0, 4), 1);
   EXPECT_EQ(row_at(halves, 0, 7), 7);
-  const Tensor big = row_ids(1, 256, 1);  // I = 128, groups of 64: up 0-63, gate 0-63, up 64-127, ...
+  const Tensor big =
+      row_ids(1, 256, 1);  // I = 128, groups of 64: up 0-63, gate 0-63, up 64-127, ...
   const Tensor lg = interleave_linear_gate(big);
-  EXPECT_EQ(row_at(lg, 0, 0), 128);        // up row 0
-  EXPECT_EQ(row_at(lg, 0, 63), 128 + 63);  // up row 63
-  EXPECT_EQ(row_at(lg, 0, 64), 0);         // gate row 0
-  EXPECT_EQ(row_at(lg, 0, 128), 128 + 64); // up row 64
-  EXPECT_EQ(row_at(lg, 0, 192), 64);       // gate row 64
+  EXPECT_EQ(row_at(lg, 0, 0), 128);         // up row 0
+  EXPECT_EQ(row_at(lg, 0, 63), 128 + 63);   // up row 63
+  EXPECT_EQ(row_at(lg, 0, 64), 0);          // gate row 0
+  EXPECT_EQ(row_at(lg, 0, 128), 128 + 64);  // up row 64
+  EXPECT_EQ(row_at(lg, 0, 192), 64);        // gate row 64
   const Tensor padded = pad_gate_up_rows(t, 6);
   EXPECT_EQ(padded.shape(), (Shape{2, 12, 3}));
   EXPECT_EQ(row_at(padded, 1, 3), 1003);
@@ -156,7 +157,8 @@ TEST(WeightPrep, FoldScales) {
   a13gu.ptr<float>()[3] = 0.5f;
   expect_error([&] { fold_scales(w13, a13gu); }, {"a13_scale[expert 1, up]"});
   w13.ptr<float>()[3] = 9.0f;
-  expect_error([&] { fold_scales(w13, a13); }, {"w13_scale_2[expert 1, gate]", "w13_scale_2[expert 1, up]"});
+  expect_error([&] { fold_scales(w13, a13); },
+               {"w13_scale_2[expert 1, gate]", "w13_scale_2[expert 1, up]"});
 }
 
 TEST(WeightPrep, ErrorsNameTheArgument) {

@@ -28,7 +28,8 @@ void setup_oracle(CLI::App& sub) {
   std::string presets;
   for (const auto& n : moekit::layer_preset_names()) presets += (presets.empty() ? "" : "|") + n;
   sub.add_option("--preset", o->preset, "Layer preset: " + presets)->capture_default_str();
-  sub.add_option("--quant", o->quant, "Weight quantization: bf16|fp8_tensor|fp8_block|nvfp4|mxfp4|mxfp8")
+  sub.add_option("--quant", o->quant,
+                 "Weight quantization: bf16|fp8_tensor|fp8_block|nvfp4|mxfp4|mxfp8")
       ->capture_default_str();
   sub.add_option("--tokens", o->tokens, "Tokens per rank M")->capture_default_str();
   sub.add_option("--device", o->device, "detect|cpu|sm90|sm100|sm_90a|...")->capture_default_str();
@@ -36,8 +37,10 @@ void setup_oracle(CLI::App& sub) {
                  "Activations: w4a16 (unquantized) | emulate (the scheme's usual activation "
                  "quant) | an activation quant such as mxfp8, fp8_tensor, nvfp4")
       ->capture_default_str();
-  sub.add_option("--ep", o->ep, "Expert-parallel ranks (the table is for rank 0)")->capture_default_str();
-  sub.add_flag("--low-latency", o->low_latency, "EP low-latency dispatch (batched activation format)");
+  sub.add_option("--ep", o->ep, "Expert-parallel ranks (the table is for rank 0)")
+      ->capture_default_str();
+  sub.add_flag("--low-latency", o->low_latency,
+               "EP low-latency dispatch (batched activation format)");
   sub.add_option("--backend", o->backend, "Override (else env MOEKIT_BACKEND)");
   sub.callback([o] {
     const moekit::MoeProblem p =
@@ -58,4 +61,5 @@ void setup_oracle(CLI::App& sub) {
 
 }  // namespace
 
-MOEKIT_REGISTER_COMMAND(oracle, "Explain which MoE backend runs a problem on a device", setup_oracle);
+MOEKIT_REGISTER_COMMAND(oracle, "Explain which MoE backend runs a problem on a device",
+                        setup_oracle);

@@ -18,10 +18,10 @@ namespace moekit {
 
 // Who applies the top-k weights and sums the k slots, and what the experts' output holds.
 enum class ReducePolicy : std::uint8_t {
-  kAlreadyReduced,     // output [M, H]: weighted and summed by the experts; finalize only combines
-  kContiguous,         // output [M, k, H] unweighted, slot order; finalize weights + sums
-  kBatchedPerExpert,   // output [E_local, T_max, H] unweighted; finalize gathers, weights + sums
-  kDelegate,           // the format's default: kContiguous (standard) / kBatchedPerExpert (batched)
+  kAlreadyReduced,    // output [M, H]: weighted and summed by the experts; finalize only combines
+  kContiguous,        // output [M, k, H] unweighted, slot order; finalize weights + sums
+  kBatchedPerExpert,  // output [E_local, T_max, H] unweighted; finalize gathers, weights + sums
+  kDelegate,          // the format's default: kContiguous (standard) / kBatchedPerExpert (batched)
 };
 std::string_view reduce_policy_name(ReducePolicy p);
 // kDelegate resolved for a format; other policies are returned unchanged.
@@ -31,7 +31,8 @@ ReducePolicy resolve_reduce_policy(ReducePolicy p, ActivationFormat format);
 //   standard: a1q.values [M, H] (bf16 / e4m3) or [M, H/2] (e2m1x2); a1q.scales per the scheme with
 //             LINEAR block scales ([M, H/sfv]); a1q.global_scale [1] (NVFP4) / [M] (per token).
 //   batched:  a1q.values [E_local, T_max, H(/2)], per-row scales [E_local, T_max, ...], per-tensor
-//             scales / global scales [E_local] (one per expert matrix); expert_num_tokens [E_local].
+//             scales / global scales [E_local] (one per expert matrix); expert_num_tokens
+//             [E_local].
 // Block scales are always LINEAR here: experts swizzle after their own permutation if their MMA
 // needs it (swizzling interleaves rows and cannot be row-gathered).
 struct DispatchedActivations {

@@ -2,7 +2,8 @@
 //
 //   auto kernel = FusedMoEKernel(make_no_ep_prepare_finalize(), make_cpu_standard_experts());
 //   kernel.prepare(problem, weights);          // supports() or throw; prepare weights; workspace
-//   kernel.apply(x, topk_ids, topk_weights, out);   // or kernel.apply_logits(x, router_logits, out)
+//   kernel.apply(x, topk_ids, topk_weights, out);   // or kernel.apply_logits(x, router_logits,
+//   out)
 //
 // Construction refuses pairs that disagree on the activation format or on modular vs monolithic
 // (and batched pairs built for different T_max), with a message naming both. The workspace is
@@ -72,17 +73,16 @@ class FusedMoEKernel {
              const TensorView& output, StreamHandle stream = nullptr);
   // Any kernel: router_logits [M, E] f32/bf16 (+ correction_bias [E] f32 when the routing method
   // uses it). Modular kernels route with the router (set_router) and then run apply().
-  void apply_logits(const TensorView& x, const TensorView& router_logits,
-                    const TensorView& output, const TensorView& correction_bias = {},
-                    StreamHandle stream = nullptr);
+  void apply_logits(const TensorView& x, const TensorView& router_logits, const TensorView& output,
+                    const TensorView& correction_bias = {}, StreamHandle stream = nullptr);
   void set_router(RouterFn router) { router_ = std::move(router); }
 
  private:
   struct Pieces;
   Pieces carve(void* base) const;
   void run_modular_chunk(const TensorView& x, const TensorView& topk_ids,
-                         const TensorView& topk_weights, const TensorView& output,
-                         const Pieces& ws, StreamHandle stream);
+                         const TensorView& topk_weights, const TensorView& output, const Pieces& ws,
+                         StreamHandle stream);
 
   std::unique_ptr<PrepareFinalize> prepare_finalize_;
   std::unique_ptr<Experts> experts_;

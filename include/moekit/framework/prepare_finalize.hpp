@@ -34,8 +34,7 @@ class ModularPrepareFinalize : public PrepareFinalize {
   // scale for NVFP4, DECODE scale for FP8 per-tensor), else scales are dynamic.
   // The returned views point into `workspace` (or at x / topk when passed through).
   virtual DispatchedActivations prepare(const MoeProblem& problem, const TensorView& x,
-                                        const TensorView& topk_ids,
-                                        const TensorView& topk_weights,
+                                        const TensorView& topk_ids, const TensorView& topk_weights,
                                         const TensorView& a1_static_scale,
                                         const TensorView& workspace,
                                         StreamHandle stream = nullptr) = 0;

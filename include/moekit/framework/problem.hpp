@@ -42,13 +42,13 @@ struct ParallelConfig {
   std::string str() const;
 };
 
-// One MoE layer invocation. num_tokens is the most tokens one apply() (one chunk) handles; workspace
-// sizes are derived from it.
+// One MoE layer invocation. num_tokens is the most tokens one apply() (one chunk) handles;
+// workspace sizes are derived from it.
 struct MoeProblem {
-  std::int64_t num_tokens = 0;         // M on this rank (per chunk)
-  MoeLayerConfig layer;                // E, H, I, routing (incl. top-k), activation, biases
-  QuantConfig weight_quant;            // kBF16, kFP8PerTensor, kFP8Block128x128, kNVFP4, kMXFP4
-  QuantConfig activation_quant;        // GEMM inputs: kBF16 (= W*A16), FP8 variants, MXFP8, NVFP4
+  std::int64_t num_tokens = 0;   // M on this rank (per chunk)
+  MoeLayerConfig layer;          // E, H, I, routing (incl. top-k), activation, biases
+  QuantConfig weight_quant;      // kBF16, kFP8PerTensor, kFP8Block128x128, kNVFP4, kMXFP4
+  QuantConfig activation_quant;  // GEMM inputs: kBF16 (= W*A16), FP8 variants, MXFP8, NVFP4
   DType activation_dtype = DType::kBF16;  // hidden states x and the output [M, H]: bf16 or f32
   ParallelConfig parallel;
 
@@ -78,9 +78,7 @@ struct Support {
 struct TensorSpec {
   DType dtype = DType::kU8;
   Shape shape;  // rank 0 with numel 1 would be a scalar: use Shape{0} for "nothing"
-  std::size_t nbytes() const {
-    return static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  }
+  std::size_t nbytes() const { return static_cast<std::size_t>(shape.numel()) * dtype_size(dtype); }
   std::string str() const;
   // A view over `base` with this spec (contiguous).
   TensorView view(void* base, Device device) const { return {base, dtype, shape, device}; }

@@ -35,6 +35,17 @@ enum class GroupedGemmType : std::uint8_t {
 };
 std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 
+// Kernel config (tiles) of a launch. kWide: 128-row tiles (bf16 128x256x64, fp8 128x128x128,
+// cooperative) for experts with many rows; kNarrow: 64x128 tiles (ping-pong) for few rows per
+// expert (decode; many-expert prefill). kAuto picks kWide when the average rows per expert that
+// can hold rows, max_rows / min(E, max_rows), is >= kWideMinRowsPerExpert (host-known: the choice
+// never depends on the routing, so a captured graph stays valid).
+enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow };
+constexpr std::int64_t kWideMinRowsPerExpert = 256;
+std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow"
+GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmConfig c, int num_experts,
+                                              std::int64_t max_rows);
+
 // True when the kernels were compiled in (CUDA backend with CUTLASS headers).
 bool grouped_gemm_available(GroupedGemmType t);
 
@@ -55,9 +66,10 @@ struct GroupedGemmArgs {
   void* workspace = nullptr;                  // device, grouped_gemm_workspace_bytes() bytes
   std::size_t workspace_bytes = 0;
   StreamHandle stream = nullptr;
+  GroupedGemmConfig config = GroupedGemmConfig::kAuto;
 };
 
-// Bytes of workspace a launch with num_experts groups needs on the current device.
+// Bytes of workspace (enough for either config) a launch with num_experts groups needs on the current device.
 std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts);
 
 // Validates (throws moekit::Error naming the argument: alignment K % 8 (bf16) / K % 128 (fp8),

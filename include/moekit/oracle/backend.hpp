@@ -25,26 +25,26 @@
 namespace moekit {
 
 enum class Backend : std::uint8_t {
-  kCpuReference,           // CPU, standard format (NoEP prepare/finalize + CPU experts)
-  kCpuBatched,             // CPU, batched format
-  kCpuMonolithic,          // CPU, routing + experts + reduce in one piece
-  kCudaBf16Grouped,        // SM90 bf16 grouped GEMM (W16A16)
-  kCudaFp8Grouped,         // SM90 fp8 e4m3 grouped GEMM, per-tensor / per-token scales
-  kCudaFp8BlockGrouped,    // SM90 fp8 grouped GEMM, DeepSeek 128x128 weights / 1x128 activations
-  kCudaW4A16Grouped,       // SM90 NVFP4/MXFP4 weights dequantized to bf16 in registers
-  kCudaW4A8Grouped,        // SM90 NVFP4/MXFP4 weights as e4m3 (exact), fp8 activations
-  kCudaBf16Batched,        // batched-format variants (EP low-latency dispatch, CUDA graphs)
+  kCpuReference,         // CPU, standard format (NoEP prepare/finalize + CPU experts)
+  kCpuBatched,           // CPU, batched format
+  kCpuMonolithic,        // CPU, routing + experts + reduce in one piece
+  kCudaBf16Grouped,      // SM90 bf16 grouped GEMM (W16A16)
+  kCudaFp8Grouped,       // SM90 fp8 e4m3 grouped GEMM, per-tensor / per-token scales
+  kCudaFp8BlockGrouped,  // SM90 fp8 grouped GEMM, DeepSeek 128x128 weights / 1x128 activations
+  kCudaW4A16Grouped,     // SM90 NVFP4/MXFP4 weights dequantized to bf16 in registers
+  kCudaW4A8Grouped,      // SM90 NVFP4/MXFP4 weights as e4m3 (exact), fp8 activations
+  kCudaBf16Batched,      // batched-format variants (EP low-latency dispatch, CUDA graphs)
   kCudaFp8BlockBatched,
   kCudaW4A16Batched,
   kCudaW4A8Batched,
-  kCudaMonolithic,         // routing + experts + finalize fused (decode), standard format
-  kCutlassFp4Sm100,        // Blackwell-only W4A4 (FP4 tensor cores)
+  kCudaMonolithic,   // routing + experts + finalize fused (decode), standard format
+  kCutlassFp4Sm100,  // Blackwell-only W4A4 (FP4 tensor cores)
   kTrtllmFp4Sm100,
   kFlashinferCutedslSm100,
   kFlashinferCutedslBatchedSm100,
 };
 
-std::string_view moe_backend_name(Backend b);     // "cpu_reference", "cuda_w4a16_grouped", ...
+std::string_view moe_backend_name(Backend b);  // "cpu_reference", "cuda_w4a16_grouped", ...
 std::optional<Backend> find_moe_backend(std::string_view name);  // case-insensitive
 Backend parse_moe_backend(std::string_view name);  // throws moekit::Error listing valid names
 const std::vector<Backend>& all_moe_backends();
@@ -54,8 +54,8 @@ struct BackendTraits {
   Backend backend;
   ActivationFormat format;
   bool monolithic;
-  bool on_cuda;           // false: CPU
-  int min_sm;             // 0 for CPU; 90 or 100 for CUDA
+  bool on_cuda;  // false: CPU
+  int min_sm;    // 0 for CPU; 90 or 100 for CUDA
   const char* description;
 };
 const BackendTraits& backend_traits(Backend b);
@@ -100,6 +100,7 @@ class BackendRegistry {
 
 }  // namespace moekit
 
-#define MOEKIT_REGISTER_MOE_BACKEND(ident, backend, ...)                 \
-  static const bool moekit_moe_backend_registered_##ident =              \
-      ::moekit::BackendRegistry::instance().add((backend), ::moekit::BackendRegistration __VA_ARGS__)
+#define MOEKIT_REGISTER_MOE_BACKEND(ident, backend, ...)    \
+  static const bool moekit_moe_backend_registered_##ident = \
+      ::moekit::BackendRegistry::instance().add((backend),  \
+                                                ::moekit::BackendRegistration __VA_ARGS__)

@@ -34,9 +34,9 @@ struct BackendSelection {
   Backend backend = Backend::kCpuReference;
   ActivationFormat format = ActivationFormat::kStandard;
   bool overridden = false;
-  std::string override_source;           // "--backend" or "MOEKIT_BACKEND" when overridden
-  std::vector<Candidate> candidates;     // priority order; every one evaluated
-  std::string table() const;             // human-readable: one line per candidate
+  std::string override_source;        // "--backend" or "MOEKIT_BACKEND" when overridden
+  std::vector<Candidate> candidates;  // priority order; every one evaluated
+  std::string table() const;          // human-readable: one line per candidate
 };
 
 struct SelectOptions {
@@ -62,8 +62,7 @@ BackendSelection select_backend(const MoeProblem& problem, const DeviceCapabilit
 // What `moekit run` uses: the override is the --backend value if non-empty, else the
 // MOEKIT_BACKEND environment variable if set and non-empty, else none.
 // `executable`: as SelectOptions::executable.
-BackendSelection select_backend_for_run(const MoeProblem& problem,
-                                        const DeviceCapabilities& device,
+BackendSelection select_backend_for_run(const MoeProblem& problem, const DeviceCapabilities& device,
                                         std::string_view cli_backend = {},
                                         const std::vector<std::string>& executable = {});
 

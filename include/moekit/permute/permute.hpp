@@ -71,8 +71,8 @@ void batched_rows(const TensorView& topk_ids, const TensorView& expert_map,
 // permute_gather. src [M, ...]; out [E_local, T_max, ...]; expert_num_tokens out [E_local] i32.
 // Throws if an expert receives more than T_max assignments.
 void scatter_batched(const TensorView& src, const TensorView& topk_ids,
-                     const TensorView& expert_map, int num_local_experts,
-                     const TensorView& out, const TensorView& expert_num_tokens);
+                     const TensorView& expert_map, int num_local_experts, const TensorView& out,
+                     const TensorView& expert_num_tokens);
 
 // Weighted top-k reduction (unpermute + combine), the exact arithmetic:
 //   for each token t (independently), for each column h:

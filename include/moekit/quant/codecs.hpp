@@ -102,7 +102,9 @@ MOEKIT_HD std::uint8_t float_to_e2m1(float x) {
 MOEKIT_HD float e2m1_to_float(std::uint8_t code) {
   const std::uint32_t c = code & 0x7u;
   // c = [e1 e0 m]: c == 1 is the subnormal 0.5; otherwise 2^(e-1) * (1 + m/2).
-  std::uint32_t bits = c == 0 ? 0u : c == 1 ? (126u << 23) : (((c >> 1) + 126u) << 23) | ((c & 1u) << 22);
+  std::uint32_t bits = c == 0   ? 0u
+                       : c == 1 ? (126u << 23)
+                                : (((c >> 1) + 126u) << 23) | ((c & 1u) << 22);
   bits |= static_cast<std::uint32_t>(code & 0x8u) << 28;
   return bits_to_f32(bits);
 }

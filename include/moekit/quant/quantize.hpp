@@ -15,10 +15,10 @@ struct QuantShapes {
   DType value_dtype = DType::kBF16;
   Shape values;                     // [B?, M, K] (e4m3/bf16) or [B?, M, K/2] (e2m1x2)
   DType scale_dtype = DType::kF32;  // f32, e4m3 or e8m0
-  Shape scales;                     // rank 0 when the scheme has none (bf16, NVFP4's are block scales)
-                                    // swizzled block scales: [B?, Mp, Kp]; linear: [B?, M, Kb]
-  bool has_global_scale = false;    // NVFP4*: fp32 encode scales
-  Shape global_scale;               // [B] / [1] (NVFP4) or [B?, M] (NVFP4PerToken)
+  Shape scales;  // rank 0 when the scheme has none (bf16, NVFP4's are block scales)
+                 // swizzled block scales: [B?, Mp, Kp]; linear: [B?, M, Kb]
+  bool has_global_scale = false;  // NVFP4*: fp32 encode scales
+  Shape global_scale;             // [B] / [1] (NVFP4) or [B?, M] (NVFP4PerToken)
 };
 // x_shape: [M, K] or [B, M, K]. Validates K alignment (NVFP4: K % 16, MX: K % 32) and throws
 // moekit::Error naming the argument otherwise.
@@ -42,8 +42,8 @@ void quantize(const TensorView& x, const QuantConfig& config, const QuantizedVie
               StreamHandle stream = nullptr);
 
 // Dequantizes into out (f32, the original [B?, M, K] shape).
-void dequantize(const QuantizedView& q, const TensorView& out, QuantBackend backend = QuantBackend::kReference,
-                StreamHandle stream = nullptr);
+void dequantize(const QuantizedView& q, const TensorView& out,
+                QuantBackend backend = QuantBackend::kReference, StreamHandle stream = nullptr);
 
 // Owning result (host), for tests, tools and weight preparation.
 struct QuantizedTensor {

@@ -12,7 +12,8 @@ enum class QuantScheme : std::uint8_t {
   kFP8PerTensor,     // e4m3 values, fp32 decode scale per matrix        [B] (or [1])
   kFP8PerToken,      // e4m3 values, fp32 decode scale per row           [B, M]
   kFP8Block1x128,    // e4m3 values, fp32 decode scale per 1x128 group   [B, M, ceil(K/128)]
-  kFP8Block128x128,  // e4m3 values, fp32 decode scale per 128x128 tile  [B, ceil(M/128), ceil(K/128)]
+  kFP8Block128x128,  // e4m3 values, fp32 decode scale per 128x128 tile  [B, ceil(M/128),
+                     // ceil(K/128)]
   kMXFP8,            // e4m3 values, e8m0 scale per 32 along K
   kNVFP4,            // e2m1x2 values, e4m3 scale per 16, fp32 ENCODE global scale per matrix [B]
   kNVFP4PerToken,    // as NVFP4 but one fp32 ENCODE global scale per row [B, M]
@@ -38,14 +39,15 @@ struct QuantConfig {
   bool operator==(const QuantConfig&) const = default;
 };
 
-std::string_view scheme_name(QuantScheme s);  // "bf16", "fp8_tensor", "fp8_token", "fp8_1x128",
-                                              // "fp8_block", "mxfp8", "nvfp4", "nvfp4_token", "mxfp4"
+std::string_view scheme_name(
+    QuantScheme s);  // "bf16", "fp8_tensor", "fp8_token", "fp8_1x128",
+                     // "fp8_block", "mxfp8", "nvfp4", "nvfp4_token", "mxfp4"
 QuantScheme parse_scheme(std::string_view name);  // throws moekit::Error listing valid names
 std::string_view layout_name(ScaleLayout l);      // "linear", "swizzled_128x4", "swizzled_8x4"
 ScaleLayout parse_layout(std::string_view name);
-std::string_view rule_name(ScaleRule r);          // "rceil", "floor"
+std::string_view rule_name(ScaleRule r);  // "rceil", "floor"
 ScaleRule parse_rule(std::string_view name);
-std::string_view backend_name(QuantBackend b);    // "reference", "cuda"
+std::string_view backend_name(QuantBackend b);  // "reference", "cuda"
 QuantBackend parse_quant_backend(std::string_view name);
 // Inverse of QuantConfig::str(). Layout and rule may be omitted (linear, rceil) and come in any
 // order after the scheme; a part the scheme does not use is an error.
@@ -53,9 +55,9 @@ QuantConfig parse_quant_config(std::string_view text);
 
 // Elements per scale along K for block-scaled schemes (16 NVFP4, 32 MX*, 128 FP8 block), 0 else.
 int scale_block_size(QuantScheme s);
-bool is_fp4(QuantScheme s);             // NVFP4, NVFP4PerToken, MXFP4
-bool has_block_scales(QuantScheme s);   // MXFP8, NVFP4*, MXFP4 (byte scales that can be swizzled)
-bool is_mx(QuantScheme s);              // MXFP8, MXFP4 (e8m0 scales, a ScaleRule applies)
-bool is_fp8(QuantScheme s);             // every scheme with e4m3 values
+bool is_fp4(QuantScheme s);            // NVFP4, NVFP4PerToken, MXFP4
+bool has_block_scales(QuantScheme s);  // MXFP8, NVFP4*, MXFP4 (byte scales that can be swizzled)
+bool is_mx(QuantScheme s);             // MXFP8, MXFP4 (e8m0 scales, a ScaleRule applies)
+bool is_fp8(QuantScheme s);            // every scheme with e4m3 values
 
 }  // namespace moekit

@@ -31,8 +31,10 @@ Tensor deinterleave_linear_gate(const TensorView& t, std::int64_t group = 64);
 
 // Block-scale swizzle of a batch of LINEAR scale matrices [E, rows, Kb] (u8/e4m3/e8m0) into
 // [E, Mp, Kp] in `layout` (zero padding), via quant/layout.hpp; and back.
-Tensor swizzle_block_scales(const TensorView& linear, ScaleLayout layout = ScaleLayout::kSwizzled128x4);
-Tensor unswizzle_block_scales(const TensorView& swizzled, std::int64_t rows, std::int64_t scale_cols,
+Tensor swizzle_block_scales(const TensorView& linear,
+                            ScaleLayout layout = ScaleLayout::kSwizzled128x4);
+Tensor unswizzle_block_scales(const TensorView& swizzled, std::int64_t rows,
+                              std::int64_t scale_cols,
                               ScaleLayout layout = ScaleLayout::kSwizzled128x4);
 
 // Zero padding of the last two dims up to (rows_to, cols_to) (>= current) and its inverse crop.

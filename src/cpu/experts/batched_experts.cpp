@@ -15,7 +15,8 @@ namespace {
 class CpuBatchedExperts final : public ModularExperts {
  public:
   CpuBatchedExperts(std::int64_t max_tokens_per_rank, int num_dispatchers, ReducePolicy reduce)
-      : max_tokens_per_rank_(max_tokens_per_rank), num_dispatchers_(num_dispatchers),
+      : max_tokens_per_rank_(max_tokens_per_rank),
+        num_dispatchers_(num_dispatchers),
         reduce_(reduce) {
     MOEKIT_CHECK_ARG(max_tokens_per_rank >= 1, "max_tokens_per_rank", ">= 1", max_tokens_per_rank);
     MOEKIT_CHECK_ARG(num_dispatchers >= 1, "num_dispatchers", ">= 1", num_dispatchers);

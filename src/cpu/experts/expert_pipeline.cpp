@@ -15,7 +15,7 @@
 namespace moekit::cpu {
 namespace {
 
-constexpr std::int64_t kColumnBlock = 64;  // output columns per parallel task
+constexpr std::int64_t kColumnBlock = 64;      // output columns per parallel task
 constexpr std::int64_t kSerialWork = 1 << 18;  // multiply-adds below which a GEMM runs serially
 
 std::int64_t w13_rows(const MoeProblem& p) {

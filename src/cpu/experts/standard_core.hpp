@@ -14,8 +14,8 @@ namespace moekit::cpu {
 void run_standard_core(const MoeProblem& problem, const MoeWeights* weights, std::int64_t m,
                        const QuantizedView& a1q, const TensorView& topk_ids,
                        const TensorView& topk_weights, ReducePolicy policy,
-                       const TensorView& output, detail::ByteCarver& ws13,
-                       const TensorView& ws2, bool run);
+                       const TensorView& output, detail::ByteCarver& ws13, const TensorView& ws2,
+                       bool run);
 
 TensorView expert_map_view(const MoeProblem& problem);  // absent when the identity
 

@@ -14,7 +14,8 @@ namespace {
 
 void check_i32(const TensorView& t, const char* name, int rank) {
   MOEKIT_CHECK_ARG(t.defined(), name, "a tensor", "absent");
-  MOEKIT_CHECK_ARG(t.dtype == DType::kI32, std::string(name) + " dtype", "i32", dtype_name(t.dtype));
+  MOEKIT_CHECK_ARG(t.dtype == DType::kI32, std::string(name) + " dtype", "i32",
+                   dtype_name(t.dtype));
   MOEKIT_CHECK_ARG(t.rank() == rank, std::string(name) + " rank", rank, t.rank());
   MOEKIT_CHECK_ARG(t.device.is_host(), std::string(name) + " device", "host", t.device.str());
   MOEKIT_CHECK_ARG(t.is_contiguous(), std::string(name), "contiguous", "strided");
@@ -50,8 +51,9 @@ std::vector<int> local_experts(const TensorView& topk_ids, const TensorView& exp
   for (std::int64_t a = 0; a < n; ++a) {
     const int g = ids[a];
     if (g < 0 || g >= num_global) {
-      MOEKIT_CHECK_ARG(false, "topk_ids[" + std::to_string(a / topk_ids.size(1)) + ", " +
-                                  std::to_string(a % topk_ids.size(1)) + "]",
+      MOEKIT_CHECK_ARG(false,
+                       "topk_ids[" + std::to_string(a / topk_ids.size(1)) + ", " +
+                           std::to_string(a % topk_ids.size(1)) + "]",
                        "an expert id in [0, " + std::to_string(num_global) + ")", g);
     }
     local[static_cast<std::size_t>(a)] = map ? map[g] : g;
@@ -71,8 +73,8 @@ void check_rows_compatible(const TensorView& src, const TensorView& out, int out
   MOEKIT_CHECK_ARG(src.is_contiguous() && src.device.is_host(), "src", "contiguous host tensor",
                    src.str());
   MOEKIT_CHECK_ARG(out.defined(), out_name, "a tensor", "absent");
-  MOEKIT_CHECK_ARG(out.is_contiguous() && out.device.is_host(), out_name,
-                   "contiguous host tensor", out.str());
+  MOEKIT_CHECK_ARG(out.is_contiguous() && out.device.is_host(), out_name, "contiguous host tensor",
+                   out.str());
   MOEKIT_CHECK_ARG(out.dtype == src.dtype, std::string(out_name) + " dtype", dtype_name(src.dtype),
                    dtype_name(out.dtype));
   MOEKIT_CHECK_ARG(out.rank() == src.rank() - 1 + out_lead_dims, std::string(out_name) + " rank",
@@ -175,8 +177,8 @@ void batched_rows(const TensorView& topk_ids, const TensorView& expert_map,
   const std::vector<int> local = local_experts(topk_ids, expert_map, num_local);
   check_i32(permuted_row, "permuted_row", 2);
   check_i32(batched_row, "batched_row", 2);
-  MOEKIT_CHECK_ARG(permuted_row.shape == topk_ids.shape, "permuted_row shape",
-                   topk_ids.shape.str(), permuted_row.shape.str());
+  MOEKIT_CHECK_ARG(permuted_row.shape == topk_ids.shape, "permuted_row shape", topk_ids.shape.str(),
+                   permuted_row.shape.str());
   MOEKIT_CHECK_ARG(batched_row.shape == topk_ids.shape, "batched_row shape", topk_ids.shape.str(),
                    batched_row.shape.str());
   MOEKIT_CHECK_ARG(max_tokens_per_expert >= 0, "max_tokens_per_expert", ">= 0",
@@ -197,10 +199,9 @@ void batched_rows(const TensorView& topk_ids, const TensorView& expert_map,
       continue;
     }
     const std::int64_t pos = pr[a] - off[l];
-    MOEKIT_CHECK_ARG(pos >= 0 && pos < off[l + 1] - off[l],
-                     "permuted_row[" + std::to_string(a) + "]",
-                     "a row of local expert " + std::to_string(l) + " (unpadded permutation)",
-                     pr[a]);
+    MOEKIT_CHECK_ARG(
+        pos >= 0 && pos < off[l + 1] - off[l], "permuted_row[" + std::to_string(a) + "]",
+        "a row of local expert " + std::to_string(l) + " (unpadded permutation)", pr[a]);
     br[a] = static_cast<std::int32_t>(l * max_tokens_per_expert + pos);
   }
 }
@@ -212,8 +213,8 @@ void scatter_batched(const TensorView& src, const TensorView& topk_ids,
   check_rows_compatible(src, out, 2, "out");
   check_i32(expert_num_tokens, "expert_num_tokens", 1);
   MOEKIT_CHECK_ARG(src.size(0) == topk_ids.size(0), "src rows", topk_ids.size(0), src.size(0));
-  MOEKIT_CHECK_ARG(out.size(0) == num_local_experts, "out dim 0 (local experts)",
-                   num_local_experts, out.size(0));
+  MOEKIT_CHECK_ARG(out.size(0) == num_local_experts, "out dim 0 (local experts)", num_local_experts,
+                   out.size(0));
   MOEKIT_CHECK_ARG(expert_num_tokens.size(0) == num_local_experts, "expert_num_tokens shape",
                    Shape{num_local_experts}.str(), expert_num_tokens.shape.str());
   const std::int64_t t_max = out.size(1);
@@ -223,9 +224,9 @@ void scatter_batched(const TensorView& src, const TensorView& topk_ids,
   for (int l : local)
     if (l >= 0) ++n[static_cast<std::size_t>(l)];
   for (int e = 0; e < num_local_experts; ++e) {
-    MOEKIT_CHECK_ARG(n[static_cast<std::size_t>(e)] <= t_max,
-                     "assignments to local expert " + std::to_string(e),
-                     "<= T_max (out dim 1) " + std::to_string(t_max), n[static_cast<std::size_t>(e)]);
+    MOEKIT_CHECK_ARG(
+        n[static_cast<std::size_t>(e)] <= t_max, "assignments to local expert " + std::to_string(e),
+        "<= T_max (out dim 1) " + std::to_string(t_max), n[static_cast<std::size_t>(e)]);
     counts[e] = static_cast<std::int32_t>(n[static_cast<std::size_t>(e)]);
   }
   const std::size_t rb = row_bytes(src);
@@ -268,14 +269,14 @@ void unpermute_reduce(const TensorView& expert_out, const TensorView& source_row
                      dtype_name(topk_weights.dtype));
     MOEKIT_CHECK_ARG(topk_weights.shape == source_row.shape, "topk_weights shape",
                      source_row.shape.str(), topk_weights.shape.str());
-    MOEKIT_CHECK_ARG(topk_weights.is_contiguous() && topk_weights.device.is_host(),
-                     "topk_weights", "contiguous host tensor", topk_weights.str());
+    MOEKIT_CHECK_ARG(topk_weights.is_contiguous() && topk_weights.device.is_host(), "topk_weights",
+                     "contiguous host tensor", topk_weights.str());
     w = topk_weights.ptr<const float>();
   }
   const auto* src_rows = source_row.ptr<const std::int32_t>();
   for (std::int64_t a = 0; a < m * k; ++a) {
-    MOEKIT_CHECK_ARG(src_rows[a] < rows, "source_row[" + std::to_string(a / k) + ", " +
-                                             std::to_string(a % k) + "]",
+    MOEKIT_CHECK_ARG(src_rows[a] < rows,
+                     "source_row[" + std::to_string(a / k) + ", " + std::to_string(a % k) + "]",
                      "-1 or a row < " + std::to_string(rows), src_rows[a]);
   }
   const bool in_bf16 = expert_out.dtype == DType::kBF16;

@@ -51,8 +51,9 @@ class CpuBatchedPrepareFinalize final : public ModularPrepareFinalize {
 
   TensorSpec workspace_shape(const MoeProblem& problem) const override {
     detail::ByteCarver c;
-    Pieces p = layout(c, problem, TensorView(nullptr, problem.activation_dtype,
-                                             Shape{problem.num_tokens, problem.hidden_size()}),
+    Pieces p = layout(c, problem,
+                      TensorView(nullptr, problem.activation_dtype,
+                                 Shape{problem.num_tokens, problem.hidden_size()}),
                       {}, {});
     (void)p;
     return c.spec();
@@ -71,8 +72,7 @@ class CpuBatchedPrepareFinalize final : public ModularPrepareFinalize {
                          p.expert_num_tokens);
     scatter_or_replicate(p.flat.global_scale, p.batched.global_scale, topk_ids, map, e_local,
                          p.expert_num_tokens);
-    compute_permutation(topk_ids, map, e_local, 1,
-                        {p.counts, p.offsets, p.sorted, p.permuted_row});
+    compute_permutation(topk_ids, map, e_local, 1, {p.counts, p.offsets, p.sorted, p.permuted_row});
     batched_rows(topk_ids, map, p.permuted_row, p.offsets, t_max(), p.batched_row);
     DispatchedActivations d;
     d.format = ActivationFormat::kBatched;
@@ -92,9 +92,10 @@ class CpuBatchedPrepareFinalize final : public ModularPrepareFinalize {
         "reduce policy", "already_reduced or batched_per_expert (batched format)",
         reduce_policy_name(policy));
     detail::ByteCarver c(workspace);
-    Pieces p = layout(c, problem, TensorView(nullptr, problem.activation_dtype,
-                                             Shape{d.num_tokens, problem.hidden_size()}),
-                      {}, {}, false);
+    Pieces p = layout(
+        c, problem,
+        TensorView(nullptr, problem.activation_dtype, Shape{d.num_tokens, problem.hidden_size()}),
+        {}, {}, false);
     cpu::cpu_finalize(problem, expert_output, policy, d, p.batched_row, output);
   }
 
@@ -113,12 +114,14 @@ class CpuBatchedPrepareFinalize final : public ModularPrepareFinalize {
     const int k = problem.top_k(), e_local = problem.num_local_experts();
     p.flat = cpu::prepare_gemm1_input(c, problem, x, topk_weights, scale, really);
     p.batched.config = p.flat.config;
-    p.batched.values = c.take(p.flat.values.dtype, batched_of(p.flat.values.shape, e_local, t_max()));
+    p.batched.values =
+        c.take(p.flat.values.dtype, batched_of(p.flat.values.shape, e_local, t_max()));
     const QuantScheme s = p.flat.config.scheme;
     if (p.flat.scales.defined())
       p.batched.scales = take_batched(c, p.flat.scales, e_local, s == QuantScheme::kFP8PerTensor);
     if (p.flat.global_scale.defined())
-      p.batched.global_scale = take_batched(c, p.flat.global_scale, e_local, s == QuantScheme::kNVFP4);
+      p.batched.global_scale =
+          take_batched(c, p.flat.global_scale, e_local, s == QuantScheme::kNVFP4);
     p.expert_num_tokens = c.take(DType::kI32, Shape{e_local});
     p.counts = c.take(DType::kI32, Shape{e_local});
     p.offsets = c.take(DType::kI32, Shape{e_local + 1});
@@ -128,7 +131,8 @@ class CpuBatchedPrepareFinalize final : public ModularPrepareFinalize {
     return p;
   }
 
-  // Per-tensor quantities ([1]) become [E_local]; per-row ones [M, ...] become [E_local, T_max, ...].
+  // Per-tensor quantities ([1]) become [E_local]; per-row ones [M, ...] become [E_local, T_max,
+  // ...].
   TensorView take_batched(detail::ByteCarver& c, const TensorView& flat, int e_local,
                           bool per_tensor) const {
     if (per_tensor) return c.take(flat.dtype, Shape{e_local});

@@ -29,8 +29,9 @@ QuantizedView prepare_gemm1_input(detail::ByteCarver& carver, const MoeProblem& 
       auto* dst = scaled.ptr<float>();
       for (std::int64_t t = 0; t < m; ++t) {
         for (std::int64_t c = 0; c < h; ++c) {
-          const float v = x.dtype == DType::kF32 ? x.ptr<const float>()[t * h + c]
-                                                 : bf16_to_float(x.ptr<const std::uint16_t>()[t * h + c]);
+          const float v = x.dtype == DType::kF32
+                              ? x.ptr<const float>()[t * h + c]
+                              : bf16_to_float(x.ptr<const std::uint16_t>()[t * h + c]);
           dst[t * h + c] = v * w[t];
         }
       }
@@ -53,7 +54,8 @@ QuantizedView prepare_gemm1_input(detail::ByteCarver& carver, const MoeProblem& 
 
 Support cpu_prepare_supports(const MoeProblem& problem) {
   if (problem.apply_router_weight_on_input() && problem.top_k() != 1) {
-    return Support::no("routing '" + std::string(routing_method_name(problem.layer.routing.method)) +
+    return Support::no("routing '" +
+                       std::string(routing_method_name(problem.layer.routing.method)) +
                        "' applies the weight on the input and needs top_k 1, got " +
                        std::to_string(problem.top_k()));
   }

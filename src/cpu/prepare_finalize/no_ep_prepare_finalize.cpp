@@ -23,8 +23,9 @@ class CpuNoEpPrepareFinalize final : public ModularPrepareFinalize {
 
   TensorSpec workspace_shape(const MoeProblem& problem) const override {
     detail::ByteCarver c;
-    layout(c, problem, TensorView(nullptr, problem.activation_dtype,
-                                  Shape{problem.num_tokens, problem.hidden_size()}),
+    layout(c, problem,
+           TensorView(nullptr, problem.activation_dtype,
+                      Shape{problem.num_tokens, problem.hidden_size()}),
            {}, {}, false);
     c.take(DType::kI32, Shape{problem.num_tokens, problem.top_k()});
     return c.spec();
@@ -51,9 +52,10 @@ class CpuNoEpPrepareFinalize final : public ModularPrepareFinalize {
                      "reduce policy", "already_reduced or contiguous (standard format)",
                      reduce_policy_name(policy));
     detail::ByteCarver c(workspace);
-    layout(c, problem, TensorView(nullptr, problem.activation_dtype,
-                                  Shape{d.num_tokens, problem.hidden_size()}),
-           {}, {}, false);
+    layout(
+        c, problem,
+        TensorView(nullptr, problem.activation_dtype, Shape{d.num_tokens, problem.hidden_size()}),
+        {}, {}, false);
     const TensorView rows = c.take(DType::kI32, Shape{d.num_tokens, problem.top_k()});
     if (policy == ReducePolicy::kContiguous) cpu::contiguous_source_rows(problem, d.topk_ids, rows);
     cpu::cpu_finalize(problem, expert_output, policy, d, rows, output);

@@ -42,8 +42,8 @@ BlockGeometry geometry(const Shape& shape, const QuantConfig& config) {
 
 }  // namespace
 
-void quantize_block_scaled(const TensorView& x, const QuantConfig& config,
-                           const QuantizedView& out, const TensorView& static_scale) {
+void quantize_block_scaled(const TensorView& x, const QuantConfig& config, const QuantizedView& out,
+                           const TensorView& static_scale) {
   const BlockGeometry g = geometry(x.shape, config);
   const QuantScheme scheme = config.scheme;
   const auto rule = static_cast<MxRule>(config.rule);
@@ -66,7 +66,8 @@ void quantize_block_scaled(const TensorView& x, const QuantConfig& config,
     }
     std::memcpy(out.global_scale.data, matrix_gs.data(), matrix_gs.size() * sizeof(float));
   }
-  float* row_gs_out = scheme == QuantScheme::kNVFP4PerToken ? out.global_scale.ptr<float>() : nullptr;
+  float* row_gs_out =
+      scheme == QuantScheme::kNVFP4PerToken ? out.global_scale.ptr<float>() : nullptr;
 
   const bool fp4 = is_fp4(scheme);
   const std::int64_t value_row_bytes = fp4 ? g.cols / 2 : g.cols;
@@ -87,9 +88,15 @@ void quantize_block_scaled(const TensorView& x, const QuantConfig& config,
       float out_scale;
       switch (scheme) {
         case QuantScheme::kNVFP4:
-        case QuantScheme::kNVFP4PerToken: out_scale = nvfp4_block_scale(vmax, gs, &sf); break;
-        case QuantScheme::kMXFP4: out_scale = mxfp4_block_scale(vmax, rule, &sf); break;
-        default: out_scale = mxfp8_block_scale(vmax, rule, &sf); break;
+        case QuantScheme::kNVFP4PerToken:
+          out_scale = nvfp4_block_scale(vmax, gs, &sf);
+          break;
+        case QuantScheme::kMXFP4:
+          out_scale = mxfp4_block_scale(vmax, rule, &sf);
+          break;
+        default:
+          out_scale = mxfp8_block_scale(vmax, rule, &sf);
+          break;
       }
       scales[g.scale_index(b, r, c)] = sf;
       if (fp4) {

@@ -22,9 +22,12 @@ struct ScaleIndex {
   std::int64_t rows, groups;
   std::int64_t operator()(std::int64_t i, std::int64_t k) const {
     switch (scheme) {
-      case QuantScheme::kFP8PerTensor: return i / rows;
-      case QuantScheme::kFP8PerToken: return i;
-      case QuantScheme::kFP8Block1x128: return i * groups + k / kGroup;
+      case QuantScheme::kFP8PerTensor:
+        return i / rows;
+      case QuantScheme::kFP8PerToken:
+        return i;
+      case QuantScheme::kFP8Block1x128:
+        return i * groups + k / kGroup;
       default: {  // 128x128
         const std::int64_t b = i / rows, r = i % rows;
         return (b * ceil_div(rows, kGroup) + r / kGroup) * groups + k / kGroup;
@@ -67,7 +70,8 @@ void quantize_fp8(const TensorView& x, const QuantConfig& config, const Quantize
           const std::int64_t i = b * d.rows + r;
           load_f32(x, i * cols, cols, row.data());
           for (std::int64_t k = 0; k < cols; ++k) {
-            values[i * cols + k] = fp8_quantize_element(row[static_cast<std::size_t>(k)], s[k / kGroup]);
+            values[i * cols + k] =
+                fp8_quantize_element(row[static_cast<std::size_t>(k)], s[k / kGroup]);
           }
         }
       }
@@ -123,7 +127,8 @@ void dequantize_fp8(const QuantizedView& q, const TensorView& out) {
       for (std::int64_t k0 = 0; k0 < cols; k0 += kGroup) {
         const float s = scales[index(i, k0)];
         const std::int64_t k1 = std::min(cols, k0 + kGroup);
-        for (std::int64_t k = k0; k < k1; ++k) dst[i * cols + k] = mul_rn(e4m3[values[i * cols + k]], s);
+        for (std::int64_t k = k0; k < k1; ++k)
+          dst[i * cols + k] = mul_rn(e4m3[values[i * cols + k]], s);
       }
     }
   });

@@ -11,8 +11,8 @@ void quantize(const TensorView& x, const QuantConfig& config, const QuantizedVie
 void dequantize(const QuantizedView& q, const TensorView& out);
 
 // Scheme families (one file each).
-void quantize_block_scaled(const TensorView& x, const QuantConfig& config,
-                           const QuantizedView& out, const TensorView& static_scale);
+void quantize_block_scaled(const TensorView& x, const QuantConfig& config, const QuantizedView& out,
+                           const TensorView& static_scale);
 void dequantize_block_scaled(const QuantizedView& q, const TensorView& out);
 void quantize_fp8(const TensorView& x, const QuantConfig& config, const QuantizedView& out,
                   const TensorView& static_scale);

@@ -51,7 +51,8 @@ inline float absmax(const float* v, std::int64_t n) {
 inline const float* e4m3_values() {
   static const auto table = [] {
     std::vector<float> t(256);
-    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = e4m3_to_float(static_cast<std::uint8_t>(c));
+    for (int c = 0; c < 256; ++c)
+      t[static_cast<std::size_t>(c)] = e4m3_to_float(static_cast<std::uint8_t>(c));
     return t;
   }();
   return table.data();
@@ -91,8 +92,8 @@ inline std::vector<float> matrix_amax(const TensorView& x, std::int64_t batch, s
   std::vector<float> out(static_cast<std::size_t>(batch), 0.0f);
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t r = 0; r < rows; ++r) {
-      out[static_cast<std::size_t>(b)] =
-          absmax_accumulate(out[static_cast<std::size_t>(b)], per_row[static_cast<std::size_t>(b * rows + r)]);
+      out[static_cast<std::size_t>(b)] = absmax_accumulate(
+          out[static_cast<std::size_t>(b)], per_row[static_cast<std::size_t>(b * rows + r)]);
     }
   }
   return out;

@@ -22,6 +22,7 @@
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/gemm/grouped_gemm.hpp"
 #include "moekit/moe/layer_config.hpp"
 
 namespace moekit::bench {
@@ -198,9 +199,9 @@ void run_bench(const BenchOptions& o) {
   json rows = json::array();
   GraphTimer timer(s, o.reps);
   CublasBaseline baseline;
-  std::printf("%-16s %-9s %6s %4s %10s %10s %8s %8s %10s %6s %10s %7s %8s\n", "preset", "quant",
-              "tokens", "D", "time_us", "p10-p90", "TFLOP/s", "GB/s", "floor_us", "fl/t",
-              "cublas_us", "speedup", "rel_diff");
+  std::printf("%-16s %-9s %6s %4s %10s %10s %8s %8s %10s %6s %10s %7s %8s %s\n", "preset",
+              "quant", "tokens", "D", "time_us", "p10-p90", "TFLOP/s", "GB/s", "floor_us", "fl/t",
+              "cublas_us", "speedup", "rel_diff", "cfg");
   for (const auto& preset_name : o.presets) {
     const MoeLayerConfig& cfg = layer_preset(preset_name);
     const int e = cfg.num_experts, k = cfg.top_k();
@@ -274,8 +275,15 @@ void run_bench(const BenchOptions& o) {
         std::string cmd = o.command_prefix + " --preset " + preset_name + " --quant " + qname +
                           " --tokens " + std::to_string(m);
         if (!o.backend.empty()) cmd += " --backend " + o.backend;
+        const char* cfg_env = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
+        const auto gemm_cfg = cfg_env && std::string(cfg_env) == "wide" ? gemm::GroupedGemmConfig::kWide
+                              : cfg_env && std::string(cfg_env) == "narrow"
+                                  ? gemm::GroupedGemmConfig::kNarrow
+                                  : gemm::resolve_grouped_gemm_config(gemm::GroupedGemmConfig::kAuto, e, r);
+        if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
         json row = {{"preset", preset_name}, {"quant", qname}, {"backend", backend},
-                    {"tokens", m}, {"distinct_experts", distinct}, {"command", cmd}};
+                    {"tokens", m}, {"distinct_experts", distinct}, {"command", cmd},
+                    {"gemm_config", gemm::grouped_gemm_config_name(gemm_cfg)}};
         MoeProblem p;
         p.num_tokens = m;
         p.layer = cfg;
@@ -330,11 +338,12 @@ void run_bench(const BenchOptions& o) {
         if (o.baseline)
           row.update({{"cublas_us", base.median_us}, {"cublas_p10_us", base.p10_us},
                       {"cublas_p90_us", base.p90_us}, {"speedup", base.median_us / st.median_us}});
-        std::printf("%-16s %-9s %6lld %4d %10.1f %4.0f-%-5.0f %8.1f %8.0f %10.1f %6.2f %10.1f %7.2f %8.1e\n",
+        std::printf("%-16s %-9s %6lld %4d %10.1f %4.0f-%-5.0f %8.1f %8.0f %10.1f %6.2f %10.1f %7.2f %8.1e %s\n",
                     preset_name.c_str(), qname.c_str(), static_cast<long long>(m), distinct,
                     st.median_us, st.p10_us, st.p90_us, flops / t / 1e12, wbytes / t / 1e9,
                     floor_s * 1e6, floor_s / t, base.median_us,
-                    o.baseline ? base.median_us / st.median_us : NAN, rel);
+                    o.baseline ? base.median_us / st.median_us : NAN, rel,
+                    gemm::grouped_gemm_config_name(gemm_cfg).c_str());
         std::printf("    %s\n", cmd.c_str());
         std::fflush(stdout);
         rows.push_back(row);

@@ -3,6 +3,7 @@
 #include "cuda/experts/bf16_experts.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/device_runtime.hpp"
@@ -44,6 +45,17 @@ Layout13 layout13(gemm::GroupedGemmType t, int e, std::int64_t rows, std::int64_
 
 char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
+// Tuning override of the GEMM kernel config (benchmarks): MOEKIT_GROUPED_GEMM_CONFIG=wide|narrow.
+gemm::GroupedGemmConfig config_from_env() {
+  const char* v = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "auto")
+    return gemm::GroupedGemmConfig::kAuto;
+  if (std::string(v) == "wide") return gemm::GroupedGemmConfig::kWide;
+  if (std::string(v) == "narrow") return gemm::GroupedGemmConfig::kNarrow;
+  throw_arg_error("GroupedGemmExperts", "MOEKIT_GROUPED_GEMM_CONFIG", "auto, wide or narrow",
+                  std::string(v));
+}
+
 }  // namespace
 
 struct GroupedGemmExperts::State {
@@ -54,11 +66,13 @@ struct GroupedGemmExperts::State {
   const float* w13_scales = nullptr;  // fp8: [E, 2I/128, H/128]
   const float* w2_scales = nullptr;   // fp8: [E, H/128, I/128]
   bool prepared = false;
+  gemm::GroupedGemmConfig config = gemm::GroupedGemmConfig::kAuto;
 };
 
 GroupedGemmExperts::GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type)
     : type_(type), state_(std::make_unique<State>()) {
   state_->problem = problem;
+  state_->config = config_from_env();
 }
 
 GroupedGemmExperts::~GroupedGemmExperts() = default;
@@ -214,6 +228,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.workspace = at(workspace13, l.gemm_ws);
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
   g1.stream = stream;
+  g1.config = st.config;
   gemm::grouped_gemm(type_, g1);
 
   if (fp8) {

@@ -1,6 +1,7 @@
 // moekit::gemm::grouped_gemm: argument validation and dispatch to the CUTLASS launchers
 // (sm90_bf16_grouped_gemm_cutlass.cu, sm90_fp8_block_grouped_gemm_cutlass.cu). Without the CUTLASS
 // headers the kernels are not compiled and every entry point says so.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
@@ -15,6 +16,23 @@ std::string grouped_gemm_type_name(GroupedGemmType t) {
     case GroupedGemmType::kFP8Block128: return "fp8_block";
   }
   return "?";
+}
+
+std::string grouped_gemm_config_name(GroupedGemmConfig c) {
+  switch (c) {
+    case GroupedGemmConfig::kAuto: return "auto";
+    case GroupedGemmConfig::kWide: return "wide";
+    case GroupedGemmConfig::kNarrow: return "narrow";
+  }
+  return "?";
+}
+
+GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmConfig c, int num_experts,
+                                              std::int64_t max_rows) {
+  if (c != GroupedGemmConfig::kAuto) return c;
+  const std::int64_t holders = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
+  return max_rows / holders >= kWideMinRowsPerExpert ? GroupedGemmConfig::kWide
+                                                     : GroupedGemmConfig::kNarrow;
 }
 
 bool grouped_gemm_available(GroupedGemmType) {
@@ -41,8 +59,11 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   MOEKIT_CHECK_ARG(num_experts >= 1, "num_experts", ">= 1", num_experts);
   require_available(t);
 #if MOEKIT_WITH_CUTLASS
-  return t == GroupedGemmType::kBF16 ? detail::bf16_grouped_gemm_workspace_bytes(num_experts)
-                                     : detail::fp8_block_grouped_gemm_workspace_bytes(num_experts);
+  return t == GroupedGemmType::kBF16
+             ? std::max(detail::bf16_wide_grouped_gemm_workspace_bytes(num_experts),
+                        detail::bf16_narrow_grouped_gemm_workspace_bytes(num_experts))
+             : std::max(detail::fp8_block_wide_grouped_gemm_workspace_bytes(num_experts),
+                        detail::fp8_block_narrow_grouped_gemm_workspace_bytes(num_experts));
 #else
   return 0;
 #endif
@@ -82,10 +103,12 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    a.workspace_bytes);
   if (a.max_rows == 0) return;
 #if MOEKIT_WITH_CUTLASS
+  const bool wide =
+      resolve_grouped_gemm_config(a.config, a.num_experts, a.max_rows) == GroupedGemmConfig::kWide;
   if (fp8) {
-    detail::fp8_block_grouped_gemm_run(a);
+    wide ? detail::fp8_block_wide_grouped_gemm_run(a) : detail::fp8_block_narrow_grouped_gemm_run(a);
   } else {
-    detail::bf16_grouped_gemm_run(a);
+    wide ? detail::bf16_wide_grouped_gemm_run(a) : detail::bf16_narrow_grouped_gemm_run(a);
   }
 #endif
 }

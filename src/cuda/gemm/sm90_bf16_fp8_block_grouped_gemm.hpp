@@ -1,5 +1,5 @@
-// Internal: the CUTLASS-backed launchers behind moekit::gemm::grouped_gemm (one TU each:
-// sm90_bf16_grouped_gemm_cutlass.cu, sm90_fp8_block_grouped_gemm_cutlass.cu). Arguments arrive
+// Internal: the CUTLASS-backed launchers behind moekit::gemm::grouped_gemm, one TU per type and
+// config (sm90_{bf16,fp8_block}_grouped_gemm{,_narrow}_cutlass.cu). Arguments arrive
 // validated; they only carve the workspace, build the per-expert arguments on the device and
 // launch. Compiled only with MOEKIT_WITH_CUTLASS.
 #pragma once
@@ -10,11 +10,15 @@
 
 namespace moekit::gemm::detail {
 
-std::size_t bf16_grouped_gemm_workspace_bytes(int num_experts);
-void bf16_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t bf16_wide_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_wide_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t bf16_narrow_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
 
-std::size_t fp8_block_grouped_gemm_workspace_bytes(int num_experts);
-void fp8_block_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t fp8_block_wide_grouped_gemm_workspace_bytes(int num_experts);
+void fp8_block_wide_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t fp8_block_narrow_grouped_gemm_workspace_bytes(int num_experts);
+void fp8_block_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
 
 // Bytes of the per-expert argument arrays, rounded so the CUTLASS scratch that follows is aligned.
 constexpr std::size_t kWorkspaceAlign = 256;

@@ -26,10 +26,12 @@ struct Case {
   int extra_rows;  // capacity beyond the used rows (must stay untouched)
 };
 
-// Runs one grouped GEMM of type t on random data and checks it; returns the relative error.
-void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
+// Runs one grouped GEMM of type t and kernel config on random data and checks it.
+void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Case& c,
+                     std::uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " n " << c.n << " k " << c.k << " E "
-                                    << c.counts.size());
+                                    << c.counts.size() << " config "
+                                    << gemm::grouped_gemm_config_name(config));
   const bool fp8 = t == GroupedGemmType::kFP8Block128;
   const int E = static_cast<int>(c.counts.size());
   const auto off = offsets_of(c.counts);
@@ -56,6 +58,7 @@ void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
   DeviceArray<std::uint8_t> d_ws(ws);
   args.workspace = d_ws.get();
   args.workspace_bytes = ws;
+  args.config = config;
 
   if (!fp8) {
     std::vector<std::uint16_t> ha(a.size()), hb(b.size());
@@ -96,6 +99,12 @@ void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
     ::testing::Test::RecordProperty("rel_l2", std::to_string(err));
     EXPECT_LT(err, kGemmBound) << "rel L2 " << err;
   }
+}
+
+// Both kernel configs (wide 128-row tiles, narrow 64x128) on the same case.
+void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
+  for (auto config : {gemm::GroupedGemmConfig::kWide, gemm::GroupedGemmConfig::kNarrow})
+    run_case_config(t, config, c, seed);
 }
 
 class GroupedGemm : public ::testing::TestWithParam<GroupedGemmType> {
@@ -253,6 +262,20 @@ TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
     expect_error(a, "a_scales");
   }
   MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+}
+
+TEST(GroupedGemmConfig, AutoPicksWideOnlyForManyRowsPerExpert) {
+  using gemm::GroupedGemmConfig;
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 8192),
+            GroupedGemmConfig::kWide);  // mixtral prefill: 1024 rows per expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 256, 32768),
+            GroupedGemmConfig::kNarrow);  // deepseek-v3 prefill: 128 rows per expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 2),
+            GroupedGemmConfig::kNarrow);  // decode
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 0),
+            GroupedGemmConfig::kNarrow);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kNarrow, 8, 8192),
+            GroupedGemmConfig::kNarrow);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GroupedGemm,

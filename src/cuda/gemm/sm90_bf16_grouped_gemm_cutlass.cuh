@@ -1,0 +1,174 @@
+// The body of the SM90 grouped (ptr-array) BF16 GEMM translation units: each includes it once
+// after defining its kernel config (one instantiation per TU keeps CI compile time bounded):
+//   MOEKIT_GEMM_TILE_SHAPE, MOEKIT_GEMM_KERNEL_SCHEDULE, MOEKIT_GEMM_EPILOGUE_SCHEDULE,
+//   MOEKIT_GEMM_WORKSPACE_FN, MOEKIT_GEMM_RUN_FN (the names of the two entry points).
+// Everything else (types, the device kernel that builds per-expert arguments from
+// expert_offsets, the CUTLASS launch) is shared. See sm90_bf16_grouped_gemm_cutlass.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace moekit::gemm::detail {
+namespace {
+
+using namespace cute;
+
+using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+using ElementA = cutlass::bfloat16_t;
+using ElementB = cutlass::bfloat16_t;
+using ElementD = cutlass::bfloat16_t;
+using LayoutA = cutlass::layout::RowMajor;     // [M, K]
+using LayoutB = cutlass::layout::ColumnMajor;  // KxN column-major == [N, K] row-major
+using LayoutD = cutlass::layout::RowMajor;     // [M, N]
+constexpr int kAlign = 8;                      // 16 bytes of bf16
+
+using TileShape = MOEKIT_GEMM_TILE_SHAPE;
+using ClusterShape = cute::Shape<_1, _1, _1>;
+using KernelSchedule = MOEKIT_GEMM_KERNEL_SCHEDULE;
+using EpilogueSchedule = MOEKIT_GEMM_EPILOGUE_SCHEDULE;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, ElementD,
+    LayoutD*, kAlign, EpilogueSchedule,
+    cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlign, ElementB,
+    LayoutB*, kAlign, float, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+        sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    KernelSchedule>::CollectiveOp;
+
+using GemmKernel =
+    cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+using StrideA = typename GemmKernel::InternalStrideA;
+using StrideB = typename GemmKernel::InternalStrideB;
+using StrideD = typename GemmKernel::InternalStrideD;
+using Shape3 = ProblemShape::UnderlyingProblemShape;
+
+// The per-expert argument arrays, carved from the front of the workspace.
+struct ArgArrays {
+  Shape3* shapes;
+  const ElementA** ptr_a;
+  const ElementB** ptr_b;
+  ElementD** ptr_d;
+  StrideA* stride_a;
+  StrideB* stride_b;
+  StrideD* stride_d;
+  void* cutlass_workspace;
+};
+
+std::size_t arg_bytes(int e) {
+  const std::size_t n = static_cast<std::size_t>(e);
+  return align_up(n * sizeof(Shape3)) + 3 * align_up(n * sizeof(void*)) +
+         align_up(n * sizeof(StrideA)) + align_up(n * sizeof(StrideB)) +
+         align_up(n * sizeof(StrideD));
+}
+
+ArgArrays carve(void* workspace, int e) {
+  const std::size_t n = static_cast<std::size_t>(e);
+  auto* p = static_cast<char*>(workspace);
+  ArgArrays a{};
+  a.shapes = reinterpret_cast<Shape3*>(p);
+  p += align_up(n * sizeof(Shape3));
+  a.ptr_a = reinterpret_cast<const ElementA**>(p);
+  p += align_up(n * sizeof(void*));
+  a.ptr_b = reinterpret_cast<const ElementB**>(p);
+  p += align_up(n * sizeof(void*));
+  a.ptr_d = reinterpret_cast<ElementD**>(p);
+  p += align_up(n * sizeof(void*));
+  a.stride_a = reinterpret_cast<StrideA*>(p);
+  p += align_up(n * sizeof(StrideA));
+  a.stride_b = reinterpret_cast<StrideB*>(p);
+  p += align_up(n * sizeof(StrideB));
+  a.stride_d = reinterpret_cast<StrideD*>(p);
+  p += align_up(n * sizeof(StrideD));
+  a.cutlass_workspace = p;
+  return a;
+}
+
+// One thread per expert: problem size and pointers from expert_offsets (offsets clamped to
+// [0, max_rows] so a bad routing can never make the GEMM touch rows outside the buffers).
+__global__ void build_args_kernel(int num_experts, int n, int k, long long max_rows,
+                                  const int* __restrict__ offsets, const ElementA* a,
+                                  long long lda, const ElementB* b, ElementD* d, long long ldd,
+                                  ArgArrays out) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= num_experts) return;
+  long long r0 = min(max(static_cast<long long>(offsets[e]), 0ll), max_rows);
+  long long r1 = min(max(static_cast<long long>(offsets[e + 1]), r0), max_rows);
+  out.shapes[e] = Shape3{static_cast<int>(r1 - r0), n, k};
+  out.ptr_a[e] = a + r0 * lda;
+  out.ptr_b[e] = b + static_cast<long long>(e) * n * k;
+  out.ptr_d[e] = d + r0 * ldd;
+  StrideA sa{};
+  cute::get<0>(sa) = lda;
+  out.stride_a[e] = sa;
+  StrideB sb{};
+  cute::get<0>(sb) = k;
+  out.stride_b[e] = sb;
+  StrideD sd{};
+  cute::get<0>(sd) = ldd;
+  out.stride_d[e] = sd;
+}
+
+typename Gemm::Arguments make_arguments(int num_experts, const ArgArrays& w) {
+  cutlass::KernelHardwareInfo hw;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&hw.device_id));
+  hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw.device_id);
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGrouped,
+      {num_experts, w.shapes, nullptr},
+      {w.ptr_a, w.stride_a, w.ptr_b, w.stride_b},
+      {{}, nullptr, w.stride_d, w.ptr_d, w.stride_d},
+      hw};
+  auto& fusion = args.epilogue.thread;
+  fusion.alpha = 1.0f;
+  fusion.beta = 0.0f;
+  return args;
+}
+
+}  // namespace
+
+std::size_t MOEKIT_GEMM_WORKSPACE_FN(int num_experts) {
+  ArgArrays dummy = carve(nullptr, num_experts);
+  return arg_bytes(num_experts) + Gemm::get_workspace_size(make_arguments(num_experts, dummy));
+}
+
+void MOEKIT_GEMM_RUN_FN(const GroupedGemmArgs& p) {
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  ArgArrays w = carve(p.workspace, p.num_experts);
+  const int threads = 128;
+  build_args_kernel<<<(p.num_experts + threads - 1) / threads, threads, 0, stream>>>(
+      p.num_experts, static_cast<int>(p.n), static_cast<int>(p.k), p.max_rows, p.expert_offsets,
+      static_cast<const ElementA*>(p.a), p.lda, static_cast<const ElementB*>(p.b),
+      static_cast<ElementD*>(p.d), p.ldd, w);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+  auto args = make_arguments(p.num_experts, w);
+  Gemm gemm;
+  cutlass::Status s = gemm.can_implement(args);
+  MOEKIT_CHECK(s == cutlass::Status::kSuccess, "bf16 grouped GEMM: CUTLASS can_implement failed: ",
+               cutlassGetStatusString(s));
+  s = gemm.initialize(args, w.cutlass_workspace, stream);
+  MOEKIT_CHECK(s == cutlass::Status::kSuccess, "bf16 grouped GEMM: CUTLASS initialize failed: ",
+               cutlassGetStatusString(s));
+  s = gemm.run(stream);
+  MOEKIT_CHECK(s == cutlass::Status::kSuccess, "bf16 grouped GEMM: CUTLASS run failed: ",
+               cutlassGetStatusString(s));
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moekit::gemm::detail
