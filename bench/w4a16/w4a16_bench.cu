@@ -21,31 +21,27 @@
 
 using namespace moekit::gemm;
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s failed: %s at %d\n", #x,                        \
-                   cudaGetErrorString(e_), __LINE__);                          \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s failed: %s at %d\n", #x, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
-__global__ void fill_random(std::uint8_t *p, std::size_t n, std::uint32_t seed,
-                            int lo, int hi) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x) {
+__global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint32_t seed, int lo, int hi) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 15;
     x *= 2246822519u;
     x ^= x >> 13;
-    p[i] = hi > lo ? static_cast<std::uint8_t>(lo + x % (hi - lo + 1))
-                   : static_cast<std::uint8_t>(x);
+    p[i] =
+        hi > lo ? static_cast<std::uint8_t>(lo + x % (hi - lo + 1)) : static_cast<std::uint8_t>(x);
   }
 }
-__global__ void fill_bf16(__nv_bfloat16 *p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x) {
+__global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 15;
     x *= 2246822519u;
@@ -55,7 +51,7 @@ __global__ void fill_bf16(__nv_bfloat16 *p, std::size_t n, std::uint32_t seed) {
 }
 
 struct Preset {
-  const char *name;
+  const char* name;
   int e, topk;
   std::int64_t h, i;
   W4Epilogue act;
@@ -83,8 +79,7 @@ double measure_copy_bw() {
     CK(cudaEventSynchronize(e1));
     float t;
     CK(cudaEventElapsedTime(&t, e0, e1));
-    if (r >= 2)
-      ms.push_back(t);
+    if (r >= 2) ms.push_back(t);
   }
   CK(cudaFree(a));
   CK(cudaFree(b));
@@ -108,15 +103,13 @@ double measure_bf16_peak() {
   std::vector<float> ms;
   for (int r = 0; r < 10; ++r) {
     CK(cudaEventRecord(e0));
-    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n,
-                 b, CUDA_R_16BF, n, &zero, c, CUDA_R_16BF, n,
-                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                 &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float t;
     CK(cudaEventElapsedTime(&t, e0, e1));
-    if (r >= 3)
-      ms.push_back(t);
+    if (r >= 3) ms.push_back(t);
   }
   cublasDestroy(h);
   CK(cudaFree(a));
@@ -127,21 +120,19 @@ double measure_bf16_peak() {
 
 struct Routing {
   std::int32_t *offsets, *row_index;
-  float *row_scale;
+  float* row_scale;
   int distinct;
 };
 
-int main(int argc, char **argv) {
-  const char *out_path = argc > 1 ? argv[1] : "w4a16_bench.json";
+int main(int argc, char** argv) {
+  const char* out_path = argc > 1 ? argv[1] : "w4a16_bench.json";
   const bool quick = argc > 2 && std::string(argv[2]) == "quick";
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double bw = measure_copy_bw();
   const double peak = measure_bf16_peak();
-  std::printf(
-      "device %s, SMs %d, L2 %d MB; copy %.0f GB/s, bf16 cuBLAS %.0f TFLOP/s\n",
-      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, bw / 1e9,
-      peak / 1e12);
+  std::printf("device %s, SMs %d, L2 %d MB; copy %.0f GB/s, bf16 cuBLAS %.0f TFLOP/s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, bw / 1e9, peak / 1e12);
 
   const std::vector<Preset> presets = {
       {"deepseek-v3", 256, 8, 7168, 2048, W4Epilogue::kSiluAndMul},
@@ -151,18 +142,18 @@ int main(int argc, char **argv) {
   };
   const std::vector<int> token_counts =
       quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64, 512, 4096};
-  FILE *js = std::fopen(out_path, "w");
+  FILE* js = std::fopen(out_path, "w");
   std::fprintf(js,
                "{\n \"device\": \"%s\", \"copy_bw_Bps\": %.4e, "
                "\"bf16_peak_flops\": %.4e,\n \"rows\": [\n",
                prop.name, bw, peak);
   bool first_row = true;
-  std::printf("%-16s %-6s %5s %-9s %9s %9s %7s %9s %s\n", "preset", "fmt", "M",
-              "tile", "time_us", "floor_us", "frac", "TFLOP/s", "D");
+  std::printf("%-16s %-6s %5s %-9s %9s %9s %7s %9s %s\n", "preset", "fmt", "M", "tile", "time_us",
+              "floor_us", "frac", "TFLOP/s", "D");
   constexpr int kSets = 8;
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
-  for (const Preset &p : presets) {
+  for (const Preset& p : presets) {
     for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
       const int sfv = w4_scale_block(f);
       const std::size_t w13_bytes = std::size_t(p.e) * 2 * p.i * p.h / 2;
@@ -174,15 +165,13 @@ int main(int argc, char **argv) {
       CK(cudaMalloc(&s2, w2_bytes * 2 / sfv));
       fill_random<<<4096, 256>>>(w13, w13_bytes, 11, 0, 0);
       fill_random<<<4096, 256>>>(w2, w2_bytes, 12, 0, 0);
-      const int lo = f == W4Format::kNVFP4 ? 0x20 : 118,
-                hi = f == W4Format::kNVFP4 ? 0x40 : 126;
+      const int lo = f == W4Format::kNVFP4 ? 0x20 : 118, hi = f == W4Format::kNVFP4 ? 0x40 : 126;
       fill_random<<<4096, 256>>>(s13, w13_bytes * 2 / sfv, 13, lo, hi);
       fill_random<<<4096, 256>>>(s2, w2_bytes * 2 / sfv, 14, lo, hi);
       std::vector<float> alpha_h(p.e, 1.0f / 448.0f);
-      float *alpha;
+      float* alpha;
       CK(cudaMalloc(&alpha, sizeof(float) * p.e));
-      CK(cudaMemcpy(alpha, alpha_h.data(), sizeof(float) * p.e,
-                    cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(alpha, alpha_h.data(), sizeof(float) * p.e, cudaMemcpyHostToDevice));
       CK(cudaDeviceSynchronize());
       for (int m : token_counts) {
         const int rows = m * p.topk;
@@ -194,20 +183,18 @@ int main(int argc, char **argv) {
         std::mt19937 rng(1234 + m);
         std::vector<Routing> sets(kSets);
         double distinct_sum = 0;
-        for (auto &s : sets) {
+        for (auto& s : sets) {
           std::vector<int> ids(rows);
           std::vector<int> perm(p.e);
           for (int t = 0; t < m; ++t) {
-            for (int j = 0; j < p.e; ++j)
-              perm[j] = j;
-            for (int j = 0; j < p.topk; ++j) { // distinct experts per token
+            for (int j = 0; j < p.e; ++j) perm[j] = j;
+            for (int j = 0; j < p.topk; ++j) {  // distinct experts per token
               std::swap(perm[j], perm[j + rng() % (p.e - j)]);
               ids[t * p.topk + j] = perm[j];
             }
           }
           std::vector<int> order(rows);
-          for (int r = 0; r < rows; ++r)
-            order[r] = r;
+          for (int r = 0; r < rows; ++r) order[r] = r;
           std::stable_sort(order.begin(), order.end(),
                            [&](int a, int b) { return ids[a] < ids[b]; });
           std::vector<std::int32_t> off(p.e + 1, 0), ri(rows);
@@ -218,10 +205,8 @@ int main(int argc, char **argv) {
             rs[r] = 0.125f + (rng() % 100) / 200.0f;
           }
           s.distinct = 0;
-          for (int j = 0; j < p.e; ++j)
-            s.distinct += off[j + 1] > 0;
-          for (int j = 0; j < p.e; ++j)
-            off[j + 1] += off[j];
+          for (int j = 0; j < p.e; ++j) s.distinct += off[j + 1] > 0;
+          for (int j = 0; j < p.e; ++j) off[j + 1] += off[j];
           distinct_sum += s.distinct;
           CK(cudaMalloc(&s.offsets, sizeof(std::int32_t) * (p.e + 1)));
           CK(cudaMalloc(&s.row_index, sizeof(std::int32_t) * rows));
@@ -230,8 +215,7 @@ int main(int argc, char **argv) {
                         cudaMemcpyHostToDevice));
           CK(cudaMemcpy(s.row_index, ri.data(), sizeof(std::int32_t) * rows,
                         cudaMemcpyHostToDevice));
-          CK(cudaMemcpy(s.row_scale, rs.data(), sizeof(float) * rows,
-                        cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(s.row_scale, rs.data(), sizeof(float) * rows, cudaMemcpyHostToDevice));
         }
         const double d = distinct_sum / kSets;
         const double bpw = f == W4Format::kNVFP4 ? 0.5625 : 0.53125;
@@ -241,12 +225,11 @@ int main(int argc, char **argv) {
 
         std::vector<W4Tile> tiles = {W4Tile::kAuto};
         if (m <= 64)
-          tiles.insert(tiles.end(),
-                       {W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32});
+          tiles.insert(tiles.end(), {W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32});
         else
           tiles.insert(tiles.end(), {W4Tile::kMid32, W4Tile::kLarge});
         for (W4Tile tile : tiles) {
-          auto layer = [&](const Routing &s) {
+          auto layer = [&](const Routing& s) {
             W4A16GemmArgs g1;
             g1.format = f;
             g1.epilogue = p.act;
@@ -274,18 +257,15 @@ int main(int argc, char **argv) {
             g2.w_scales = s2;
             g2.row_scale = s.row_scale;
             g2.out = y;
-            if (tile == W4Tile::kAuto)
-              g2.tile = W4Tile::kAuto;
+            if (tile == W4Tile::kAuto) g2.tile = W4Tile::kAuto;
             w4a16_grouped_gemm(g2);
           };
-          for (auto &s : sets)
-            layer(s); // warm-up (module load, attributes)
+          for (auto& s : sets) layer(s);  // warm-up (module load, attributes)
           CK(cudaStreamSynchronize(stream));
           cudaGraph_t graph;
           cudaGraphExec_t exec;
           CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-          for (auto &s : sets)
-            layer(s);
+          for (auto& s : sets) layer(s);
           CK(cudaStreamEndCapture(stream, &graph));
           CK(cudaGraphInstantiate(&exec, graph, 0));
           cudaEvent_t e0, e1;
@@ -300,8 +280,7 @@ int main(int argc, char **argv) {
             CK(cudaEventSynchronize(e1));
             float t;
             CK(cudaEventElapsedTime(&t, e0, e1));
-            if (r >= 2)
-              ms.push_back(t / kSets);
+            if (r >= 2) ms.push_back(t / kSets);
           }
           std::sort(ms.begin(), ms.end());
           const double t_s = ms[ms.size() / 2] * 1e-3;
@@ -312,13 +291,10 @@ int main(int argc, char **argv) {
           probe.m = rows;
           const std::string tname =
               w4_tile_name(tile) +
-              (tile == W4Tile::kAuto
-                   ? "(" + w4_tile_name(w4a16_resolve_tile(probe)) + ")"
-                   : "");
-          std::printf("%-16s %-6s %5d %-18s %9.1f %9.1f %7.3f %9.1f %.1f\n",
-                      p.name, w4_format_name(f).c_str(), m, tname.c_str(),
-                      t_s * 1e6, floor_s * 1e6, floor_s / t_s,
-                      flops / t_s / 1e12, d);
+              (tile == W4Tile::kAuto ? "(" + w4_tile_name(w4a16_resolve_tile(probe)) + ")" : "");
+          std::printf("%-16s %-6s %5d %-18s %9.1f %9.1f %7.3f %9.1f %.1f\n", p.name,
+                      w4_format_name(f).c_str(), m, tname.c_str(), t_s * 1e6, floor_s * 1e6,
+                      floor_s / t_s, flops / t_s / 1e12, d);
           std::fflush(stdout);
           std::fprintf(js,
                        "%s  {\"preset\": \"%s\", \"format\": \"%s\", \"m\": "
@@ -327,17 +303,16 @@ int main(int argc, char **argv) {
                        "%.2f, \"floor_frac\": %.4f, "
                        "\"tflops\": %.2f, \"distinct_experts\": %.2f, "
                        "\"weight_bytes\": %.4e}",
-                       first_row ? "" : ",\n", p.name,
-                       w4_format_name(f).c_str(), m, tname.c_str(), t_s * 1e6,
-                       spread, floor_s * 1e6, floor_s / t_s, flops / t_s / 1e12,
-                       d, wbytes);
+                       first_row ? "" : ",\n", p.name, w4_format_name(f).c_str(), m, tname.c_str(),
+                       t_s * 1e6, spread, floor_s * 1e6, floor_s / t_s, flops / t_s / 1e12, d,
+                       wbytes);
           first_row = false;
           CK(cudaGraphExecDestroy(exec));
           CK(cudaGraphDestroy(graph));
           CK(cudaEventDestroy(e0));
           CK(cudaEventDestroy(e1));
         }
-        for (auto &s : sets) {
+        for (auto& s : sets) {
           CK(cudaFree(s.offsets));
           CK(cudaFree(s.row_index));
           CK(cudaFree(s.row_scale));

@@ -21,62 +21,55 @@
 using namespace moekit::gemm;
 using namespace moekit::gemm::sm90_w4a16;
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s failed: %s at %d\n", #x,                        \
-                   cudaGetErrorString(e_), __LINE__);                          \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s failed: %s at %d\n", #x, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
-__global__ void fill_random(std::uint8_t *p, std::size_t n, std::uint32_t seed,
-                            int lo, int hi) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x) {
+__global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint32_t seed, int lo, int hi) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 15;
     x *= 2246822519u;
     x ^= x >> 13;
-    p[i] = hi > lo ? static_cast<std::uint8_t>(lo + x % (hi - lo + 1))
-                   : static_cast<std::uint8_t>(x);
+    p[i] =
+        hi > lo ? static_cast<std::uint8_t>(lo + x % (hi - lo + 1)) : static_cast<std::uint8_t>(x);
   }
 }
 
 // Read-only streaming ceiling: the touched bytes read once with 16-byte loads
 // (L2 256B prefetch).
-__global__ void stream_read_kernel(const uint4 *p, std::size_t n,
-                                   unsigned *sink) {
+__global__ void stream_read_kernel(const uint4* p, std::size_t n, unsigned* sink) {
   unsigned acc = 0;
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     uint4 v;
-    asm volatile(
-        "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p + i));
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p + i));
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  if (acc == 0x12345678u)
-    *sink = acc;
+  if (acc == 0x12345678u) *sink = acc;
 }
 
 struct Problem {
   int e, topk, m;
   std::int64_t n, k;
   int epi;
-  const char *name;
+  const char* name;
 };
 
 struct Setup {
   std::uint8_t *w, *s;
   __nv_bfloat16 *x, *out;
-  std::vector<std::int32_t *> offsets, row_index;
+  std::vector<std::int32_t*> offsets, row_index;
   double distinct = 0;
 };
 
-Setup make_setup(const Problem &p, bool gather) {
+Setup make_setup(const Problem& p, bool gather) {
   Setup s;
   const std::size_t wb = std::size_t(p.e) * p.n * p.k / 2;
   CK(cudaMalloc(&s.w, wb));
@@ -91,34 +84,27 @@ Setup make_setup(const Problem &p, bool gather) {
   for (int set = 0; set < 8; ++set) {
     std::vector<int> ids(rows), perm(p.e);
     for (int t = 0; t < p.m; ++t) {
-      for (int j = 0; j < p.e; ++j)
-        perm[j] = j;
+      for (int j = 0; j < p.e; ++j) perm[j] = j;
       for (int j = 0; j < p.topk; ++j) {
         std::swap(perm[j], perm[j + rng() % (p.e - j)]);
         ids[t * p.topk + j] = perm[j];
       }
     }
     std::vector<int> order(rows);
-    for (int r = 0; r < rows; ++r)
-      order[r] = r;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return ids[a] < ids[b]; });
+    for (int r = 0; r < rows; ++r) order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ids[a] < ids[b]; });
     std::vector<std::int32_t> off(p.e + 1, 0), ri(rows);
     for (int r = 0; r < rows; ++r) {
       off[ids[order[r]] + 1]++;
       ri[r] = gather ? order[r] / p.topk : r;
     }
-    for (int j = 0; j < p.e; ++j)
-      s.distinct += off[j + 1] > 0;
-    for (int j = 0; j < p.e; ++j)
-      off[j + 1] += off[j];
+    for (int j = 0; j < p.e; ++j) s.distinct += off[j + 1] > 0;
+    for (int j = 0; j < p.e; ++j) off[j + 1] += off[j];
     std::int32_t *d_off, *d_ri;
     CK(cudaMalloc(&d_off, sizeof(std::int32_t) * (p.e + 1)));
     CK(cudaMalloc(&d_ri, sizeof(std::int32_t) * rows));
-    CK(cudaMemcpy(d_off, off.data(), sizeof(std::int32_t) * (p.e + 1),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_ri, ri.data(), sizeof(std::int32_t) * rows,
-                  cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_off, off.data(), sizeof(std::int32_t) * (p.e + 1), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ri, ri.data(), sizeof(std::int32_t) * rows, cudaMemcpyHostToDevice));
     s.offsets.push_back(d_off);
     s.row_index.push_back(d_ri);
   }
@@ -127,19 +113,18 @@ Setup make_setup(const Problem &p, bool gather) {
   return s;
 }
 
-template <typename Cfg, bool kSkip> auto kernel_of(int epi) {
+template <typename Cfg, bool kSkip>
+auto kernel_of(int epi) {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return epi ? w4a16_grouped_gemm_kernel<Cfg, true, 1, kSkip>
                : w4a16_grouped_gemm_kernel<Cfg, true, 0, kSkip>;
   } else {
-    return epi ? w4a16_decode_gemm_kernel<Cfg, true, 1>
-               : w4a16_decode_gemm_kernel<Cfg, true, 0>;
+    return epi ? w4a16_decode_gemm_kernel<Cfg, true, 1> : w4a16_decode_gemm_kernel<Cfg, true, 0>;
   }
 }
 
 template <typename Cfg, bool kSkip>
-void launch(const Problem &p, const Setup &s, int set, cudaStream_t stream,
-            bool all_units) {
+void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool all_units) {
   Params params{};
   params.expert_offsets = s.offsets[set];
   params.a = s.x;
@@ -156,32 +141,26 @@ void launch(const Problem &p, const Setup &s, int set, cudaStream_t stream,
   params.swiglu_limit = 7.0f;
   const int smem = Cfg::smem_bytes(p.e);
   auto kernel = kernel_of<Cfg, kSkip>(p.epi);
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          smem));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                   Cfg::kThreads, smem));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
   const int rows = p.m * p.topk;
-  const std::int64_t bound =
-      ((rows + Cfg::kTokens - 1) / Cfg::kTokens + std::min(p.e, rows)) *
-      ((p.n + Cfg::kRows - 1) / Cfg::kRows);
-  const std::int64_t grid =
-      all_units ? bound : std::min<std::int64_t>(bound, per_sm * 132);
+  const std::int64_t bound = ((rows + Cfg::kTokens - 1) / Cfg::kTokens + std::min(p.e, rows)) *
+                             ((p.n + Cfg::kRows - 1) / Cfg::kRows);
+  const std::int64_t grid = all_units ? bound : std::min<std::int64_t>(bound, per_sm * 132);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
   CK(cudaGetLastError());
 }
 
 template <typename Cfg, bool kSkip = false>
-void measure(const char *vname, const Problem &p, const Setup &s,
-             cudaStream_t stream, bool all_units = false) {
-  for (int set = 0; set < 8; ++set)
-    launch<Cfg, kSkip>(p, s, set, stream, all_units);
+void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t stream,
+             bool all_units = false) {
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
   CK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int set = 0; set < 8; ++set)
-    launch<Cfg, kSkip>(p, s, set, stream, all_units);
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
   CK(cudaStreamEndCapture(stream, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t e0, e1;
@@ -195,31 +174,28 @@ void measure(const char *vname, const Problem &p, const Setup &s,
     CK(cudaEventSynchronize(e1));
     float t;
     CK(cudaEventElapsedTime(&t, e0, e1));
-    if (r >= 2)
-      ms.push_back(t / 8);
+    if (r >= 2) ms.push_back(t / 8);
   }
   std::sort(ms.begin(), ms.end());
   const double t = ms[ms.size() / 2] * 1e-3;
   const double bytes = s.distinct * p.n * p.k * 0.5625;
   int per_sm = 0;
   auto kernel = kernel_of<Cfg, kSkip>(0);
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, kernel, Cfg::kThreads, Cfg::smem_bytes(p.e)));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
+                                                   Cfg::smem_bytes(p.e)));
   const double flops = 2.0 * p.m * p.topk * double(p.n) * p.k;
-  std::printf("%-22s %-26s %8.1f us %7.0f GB/s %6.1f TFLOP/s (ctas/sm %d)\n",
-              p.name, vname, t * 1e6, bytes / t / 1e9, flops / t / 1e12,
-              per_sm);
+  std::printf("%-22s %-26s %8.1f us %7.0f GB/s %6.1f TFLOP/s (ctas/sm %d)\n", p.name, vname,
+              t * 1e6, bytes / t / 1e9, flops / t / 1e12, per_sm);
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
 }
 
-void stream_read(const Problem &p, const Setup &s, cudaStream_t stream) {
+void stream_read(const Problem& p, const Setup& s, cudaStream_t stream) {
   // Same byte count as the touched experts, read contiguously from rotating
   // offsets (L2-cold).
-  const std::size_t bytes =
-      static_cast<std::size_t>(s.distinct * p.n * p.k / 2);
+  const std::size_t bytes = static_cast<std::size_t>(s.distinct * p.n * p.k / 2);
   const std::size_t total = std::size_t(p.e) * p.n * p.k / 2;
-  unsigned *sink;
+  unsigned* sink;
   CK(cudaMalloc(&sink, 4));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -228,23 +204,22 @@ void stream_read(const Problem &p, const Setup &s, cudaStream_t stream) {
   for (int r = 0; r < 24; ++r) {
     const std::size_t off = (bytes * r) % (total - bytes + 1) / 16 * 16;
     CK(cudaEventRecord(e0, stream));
-    stream_read_kernel<<<132 * 8, 512, 0, stream>>>(
-        reinterpret_cast<const uint4 *>(s.w + off), bytes / 16, sink);
+    stream_read_kernel<<<132 * 8, 512, 0, stream>>>(reinterpret_cast<const uint4*>(s.w + off),
+                                                    bytes / 16, sink);
     CK(cudaEventRecord(e1, stream));
     CK(cudaEventSynchronize(e1));
     float t;
     CK(cudaEventElapsedTime(&t, e0, e1));
-    if (r >= 4)
-      ms.push_back(t);
+    if (r >= 4) ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
   const double t = ms[ms.size() / 2] * 1e-3;
-  std::printf("%-22s %-26s %8.1f us %7.0f GB/s (codes only, contiguous)\n",
-              p.name, "stream-read", t * 1e6, bytes / t / 1e9);
+  std::printf("%-22s %-26s %8.1f us %7.0f GB/s (codes only, contiguous)\n", p.name, "stream-read",
+              t * 1e6, bytes / t / 1e9);
   CK(cudaFree(sink));
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   const bool profile = argc > 1 && std::string(argv[1]) == "profile";
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
@@ -260,7 +235,7 @@ int main(int argc, char **argv) {
       {256, 8, 4096, 4096, 7168, 1, "dsv3 M4096 gemm1"},
       {8, 2, 4096, 28672, 4096, 1, "mixtral M4096 gemm1"},
   };
-  for (const Problem &p : problems) {
+  for (const Problem& p : problems) {
     Setup s = make_setup(p, p.epi == 1);
     if (profile) {
       if (p.m == 1) {
@@ -268,34 +243,26 @@ int main(int argc, char **argv) {
         CK(cudaStreamSynchronize(stream));
       }
     } else if (p.m >= 512) {
-      measure<TileConfig<4, 1, 1, 2, 8, 4>>("large <4,1,1,2,8,4> pf", p, s,
-                                            stream);
-      measure<TileConfig<4, 1, 1, 2, 8, 4, false>>("large <4,1,1,2,8,4> nopf",
-                                                   p, s, stream);
-      measure<TileConfig<4, 2, 1, 2, 8, 4>>("<4,2,1,2,8,4> 128x128", p, s,
-                                            stream);
+      measure<TileConfig<4, 1, 1, 2, 8, 4>>("large <4,1,1,2,8,4> pf", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 8, 4, false>>("large <4,1,1,2,8,4> nopf", p, s, stream);
+      measure<TileConfig<4, 2, 1, 2, 8, 4>>("<4,2,1,2,8,4> 128x128", p, s, stream);
     } else {
       stream_read(p, s, stream);
       measure<DecodeConfig<4, 2, 1, 4, 4>>("v2 <4,2,1,4,4> pf", p, s, stream);
-      measure<DecodeConfig<4, 2, 1, 4, 4, false>>("v2 <4,2,1,4,4> nopf", p, s,
-                                                  stream);
+      measure<DecodeConfig<4, 2, 1, 4, 4, false>>("v2 <4,2,1,4,4> nopf", p, s, stream);
       measure<DecodeConfig<2, 2, 1, 4, 4>>("v2 <2,2,1,4,4> pf", p, s, stream);
       measure<DecodeConfig<8, 2, 1, 4, 2>>("v2 <8,2,1,4,2> pf", p, s, stream);
       measure<DecodeConfig<4, 2, 1, 6, 3>>("v2 <4,2,1,6,3> pf", p, s, stream);
-      measure<TileConfig<2, 1, 4, 1, 1, 4>>("v1 <2,1,4,1,1,4> pf", p, s,
-                                            stream);
-      measure<TileConfig<2, 1, 4, 1, 1, 4, false>>("v1 <2,1,4,1,1,4> nopf", p,
-                                                   s, stream);
+      measure<TileConfig<2, 1, 4, 1, 1, 4>>("v1 <2,1,4,1,1,4> pf", p, s, stream);
+      measure<TileConfig<2, 1, 4, 1, 1, 4, false>>("v1 <2,1,4,1,1,4> nopf", p, s, stream);
       measure<DecodeConfig<2, 1, 2, 4>>("v2 <2,1,2,4> tok16 pf", p, s, stream);
     }
     CK(cudaFree(s.w));
     CK(cudaFree(s.s));
     CK(cudaFree(s.x));
     CK(cudaFree(s.out));
-    for (auto *q : s.offsets)
-      CK(cudaFree(q));
-    for (auto *q : s.row_index)
-      CK(cudaFree(q));
+    for (auto* q : s.offsets) CK(cudaFree(q));
+    for (auto* q : s.row_index) CK(cudaFree(q));
   }
   return 0;
 }

@@ -16,7 +16,8 @@ namespace moekit::linear {
 namespace {
 
 std::uint32_t test_seed() {
-  if (const char* s = std::getenv("MOEKIT_TEST_SEED")) return static_cast<std::uint32_t>(std::stoul(s));
+  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
+    return static_cast<std::uint32_t>(std::stoul(s));
   return std::random_device{}();
 }
 
@@ -43,7 +44,8 @@ TEST(Fp4LinearReference, MatchesDequantizedWeights) {
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t r = 0; r < n; ++r) {
         double s = bias[r];
-        for (std::int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * w_hat.ptr<float>()[r * k + c];
+        for (std::int64_t c = 0; c < k; ++c)
+          s += double(x[i * k + c]) * w_hat.ptr<float>()[r * k + c];
         num += (out[i * n + r] - s) * (out[i * n + r] - s);
         den += s * s;
       }

@@ -140,6 +140,18 @@ TEST(MoeReference, AllTokensToOneExpertAndEmptyExperts) {
   EXPECT_LT(run_and_compare(p), kFp32Bound);
 }
 
+TEST(MoeReference, DequantBudgetDoesNotChangeTheResult) {
+  MOEKIT_REF_SEED(seed);
+  Problem p = make_problem(small(), "nvfp4", 40, seed);
+  Tensor a(DType::kF32, Shape{40, 128}), b(DType::kF32, Shape{40, 128});
+  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, a);
+  MoeReferenceOptions one_at_a_time;
+  one_at_a_time.dequant_budget_bytes = 1;
+  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, b,
+                       one_at_a_time);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+}
+
 // A layer small enough to evaluate by hand: E=2, H=2, I=1, bf16 weights with exact values.
 struct HandLayer {
   MoeLayerConfig config;

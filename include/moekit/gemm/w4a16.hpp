@@ -1,26 +1,23 @@
-// W4A16 grouped GEMM on SM90 (kernel-level API: raw device pointers, row
-// strides, a stream).
+// W4A16 grouped GEMM on SM90 (kernel-level API: raw device pointers, row strides, a stream).
 //
-// 4-bit weights (NVFP4: e2m1 x e4m3 per 16 along K x fp32 per-expert alpha;
-// MXFP4: e2m1 x e8m0 per 32) are dequantized to bf16 in registers (e2m1 x e4m3
-// and e2m1 x 2^k are exact in bf16) and multiplied on bf16 tensor cores with
-// fp32 accumulation. For every expert e, the rows [expert_offsets[e],
-// expert_offsets[e+1]) of A are multiplied by expert e's weight [N, K]:
-//     acc[r, n] = sum_k A[src(r), k] * e2m1(W[e, n, k]) * scale(W_sf[e, n, k /
-//     sfv]) v        = acc * alpha[e] + bias[e, n] out[r, .] = epilogue(v) *
-//     row_scale[r]
-// src(r) = row_index ? row_index[r] : r (a fused gather: A may be the
-// unpermuted hidden states). Epilogues: kNone writes [R, N]; gated ones (N =
-// 2I, "halves": gate rows [0, I), up rows [I, 2I) in the moekit convention,
-// bias likewise) write act(gate, up) as [R, I]:
-//     kSiluAndMul: silu(g) * u;   kSwigluOai: g' = min(g, limit), u' = clamp(u,
-//     -limit, limit), g' * sigmoid(alpha * g') * (u' + 1)   (gpt-oss).
-// Weights must first be put in the kernel's layout by w4a16_shuffle_weights
-// (offline, host). Nothing is read back to the host: asynchronous on `stream`,
-// CUDA-graph capturable, no workspace. Deterministic: every output element is
-// produced by one CTA in a fixed summation order. Exactness limits: MXFP4 block
-// scales outside [2^-61, 2^65] are not representable in the kernel's bf16 scale
-// multiplier (real checkpoints use ~2^-10 .. 2^2).
+// 4-bit weights (NVFP4: e2m1 x e4m3 per 16 along K x fp32 per-expert alpha; MXFP4: e2m1 x e8m0 per
+// 32) are dequantized to bf16 in registers (e2m1 x e4m3 and e2m1 x 2^k are exact in bf16) and
+// multiplied on bf16 tensor cores with fp32 accumulation. For every expert e, the rows
+// [expert_offsets[e], expert_offsets[e+1]) of A are multiplied by expert e's weight [N, K]:
+//     acc[r, n] = sum_k A[src(r), k] * e2m1(W[e, n, k]) * scale(W_sf[e, n, k / sfv])
+//     v         = acc * alpha[e] + bias[e, n]
+//     out[r, .] = epilogue(v) * row_scale[r]
+// src(r) = row_index ? row_index[r] : r (a fused gather: A may be the unpermuted hidden states).
+// Epilogues: kNone writes [R, N]; gated ones (N = 2I, "halves": gate rows [0, I), up rows [I, 2I)
+// in the moekit convention, bias likewise) write act(gate, up) as [R, I]:
+//     kSiluAndMul: silu(g) * u
+//     kSwigluOai:  g' = min(g, limit), u' = clamp(u, -limit, limit),
+//                  out = g' * sigmoid(alpha * g') * (u' + 1)
+// Weights must first be put in the kernel's layout by w4a16_shuffle_weights (offline, host).
+// Nothing is read back to the host: asynchronous on `stream`, CUDA-graph capturable, no workspace.
+// Deterministic: every output element is produced by one CTA in a fixed summation order.
+// Exactness limit: MXFP4 block scales outside [2^-61, 2^65] are not representable in the kernel's
+// bf16 scale multiplier (real checkpoints use ~2^-10 .. 2^2).
 #pragma once
 
 #include <cstddef>
@@ -33,77 +30,64 @@ namespace moekit::gemm {
 
 enum class W4Format : std::uint8_t { kNVFP4, kMXFP4 };
 enum class W4Epilogue : std::uint8_t { kNone, kSiluAndMul, kSwigluOai };
-// Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8,
-// decode16 16x16 (both warp-independent streaming), mid32 64x32, large 128x64.
-// kAuto picks from m and num_experts.
+// Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8, decode16 16x16 (both
+// warp-independent streaming), mid32 64x32, large 128x64. kAuto picks from m and num_experts.
 enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge };
 
-std::string w4_format_name(W4Format f); // "nvfp4", "mxfp4"
-std::string
-w4_tile_name(W4Tile t); // "auto", "decode8", "decode16", "mid32", "large"
-int w4_scale_block(W4Format f); // 16 (NVFP4), 32 (MXFP4)
-bool w4a16_available();         // true when the SM90 kernels were compiled in
+std::string w4_format_name(W4Format f);  // "nvfp4", "mxfp4"
+std::string w4_tile_name(W4Tile t);      // "auto", "decode8", "decode16", "mid32", "large"
+int w4_scale_block(W4Format f);          // 16 (NVFP4), 32 (MXFP4)
+bool w4a16_available();                  // true when the SM90 kernels were compiled in
 
-// ---- Offline weight preparation (host, pure, invertible)
-// ---------------------------------------- codes:  [E, N, K/2] e2m1x2 (moekit
-// convention: low nibble = even k), row-major. scales: [E, N, K/sfv] linear
-// block scales (e4m3 bytes for NVFP4, e8m0 bytes for MXFP4). gated:  N = 2I in
-// "halves" order; the kernel needs gate row i and up row i in one 16-row tile.
-// Outputs have the same byte counts (E*N*K/2 and E*N*K/sfv). Requires N % 16 ==
-// 0, K % 64 == 0.
-void w4a16_shuffle_weights(W4Format format, std::int64_t num_experts,
-                           std::int64_t n, std::int64_t k, bool gated,
-                           const std::uint8_t *codes,
-                           const std::uint8_t *scales, std::uint8_t *out_codes,
-                           std::uint8_t *out_scales);
+// ---- Offline weight preparation (host, pure, invertible) ----------------------------------------
+// codes:  [E, N, K/2] e2m1x2 (moekit convention: low nibble = even k), row-major.
+// scales: [E, N, K/sfv] linear block scales (e4m3 bytes for NVFP4, e8m0 bytes for MXFP4).
+// gated:  N = 2I in "halves" order; the kernel needs gate row i and up row i in one 16-row tile.
+// Outputs have the same byte counts (E*N*K/2 and E*N*K/sfv). Requires N % 16 == 0, K % 64 == 0.
+void w4a16_shuffle_weights(W4Format format, std::int64_t num_experts, std::int64_t n,
+                           std::int64_t k, bool gated, const std::uint8_t* codes,
+                           const std::uint8_t* scales, std::uint8_t* out_codes,
+                           std::uint8_t* out_scales);
 // The inverse (for tests and round trips).
-void w4a16_unshuffle_weights(W4Format format, std::int64_t num_experts,
-                             std::int64_t n, std::int64_t k, bool gated,
-                             const std::uint8_t *shuffled_codes,
-                             const std::uint8_t *shuffled_scales,
-                             std::uint8_t *codes, std::uint8_t *scales);
+void w4a16_unshuffle_weights(W4Format format, std::int64_t num_experts, std::int64_t n,
+                             std::int64_t k, bool gated, const std::uint8_t* shuffled_codes,
+                             const std::uint8_t* shuffled_scales, std::uint8_t* codes,
+                             std::uint8_t* scales);
 
-// ---- The grouped GEMM
-// ---------------------------------------------------------------------------
+// ---- The grouped GEMM ---------------------------------------------------------------------------
 struct W4A16GemmArgs {
   W4Format format = W4Format::kNVFP4;
   W4Epilogue epilogue = W4Epilogue::kNone;
   W4Tile tile = W4Tile::kAuto;
-  int num_experts = 0; // E
-  std::int64_t m = 0; // R: rows of out (and of row_index); offsets[E] <= R (not
-                      // read on host)
-  std::int64_t n =
-      0; // N: weight rows (2I for gated GEMM1, H for GEMM2); N % 16 == 0
-  std::int64_t k = 0; // K: reduction; K % 64 == 0
-  const std::int32_t *expert_offsets =
-      nullptr;             // device [E + 1], nondecreasing, offsets[0] = 0
-  const void *a = nullptr; // device bf16 [rows_a, K], row stride lda
-  std::int64_t lda = 0;    // elements (0 = K); lda % 8 == 0, a 16-B aligned
-  const std::int32_t *row_index =
-      nullptr; // optional device [R]: source row of A per row
-  const std::uint8_t *w = nullptr; // device, shuffled codes (E*N*K/2 bytes)
-  const std::uint8_t *w_scales =
-      nullptr; // device, shuffled scales (E*N*K/sfv bytes)
-  const float *alpha =
-      nullptr;                 // optional device [E]: NVFP4 1/gs (decode scale)
-  const float *bias = nullptr; // optional device f32 [E, N]
-  const float *row_scale =
-      nullptr; // optional device f32 [R]: e.g. top-k weights
+  int num_experts = 0;  // E
+  std::int64_t m = 0;   // R: rows of out / row_index; offsets[E] <= R (not read on host)
+  std::int64_t n = 0;   // N: weight rows (2I for gated GEMM1, H for GEMM2); N % 16 == 0
+  std::int64_t k = 0;   // K: reduction; K % 64 == 0
+  // device [E + 1], nondecreasing, offsets[0] = 0; null only when E == 1 (dense: rows [0, m)).
+  const std::int32_t* expert_offsets = nullptr;
+  const void* a = nullptr;                       // device bf16 [rows_a, K], row stride lda
+  std::int64_t lda = 0;                          // elements (0 = K); lda % 8 == 0, a 16-B aligned
+  const std::int32_t* row_index = nullptr;       // optional device [R]: source row of A per row
+  const std::uint8_t* w = nullptr;               // device, shuffled codes (E*N*K/2 bytes)
+  const std::uint8_t* w_scales = nullptr;        // device, shuffled scales (E*N*K/sfv bytes)
+  const float* alpha = nullptr;                  // optional device [E]: NVFP4 1/gs (decode scale)
+  const float* bias = nullptr;                   // optional device f32 [E, N]
+  const float* row_scale = nullptr;              // optional device f32 [R]: e.g. top-k weights
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
-  void *out = nullptr;  // device bf16 [R, N] or [R, N/2] (gated)
-  std::int64_t ldo = 0; // elements (0 = output width)
-  int max_ctas = 0; // cap on the (persistent) grid; 0 = fill the device. E.g.
-                    // to leave SMs to overlapped communication; tests use it to
-                    // give each CTA many units.
+  void* out = nullptr;   // device bf16 [R, N] or [R, N/2] (gated)
+  std::int64_t ldo = 0;  // elements (0 = output width)
+  // Cap on the persistent grid; 0 = fill the device. E.g. to leave SMs to overlapped
+  // communication; tests use it to give each CTA many units (the ring crossing unit boundaries).
+  int max_ctas = 0;
   StreamHandle stream = nullptr;
 };
 
 // The tile kAuto resolves to for these arguments.
-W4Tile w4a16_resolve_tile(const W4A16GemmArgs &args);
+W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args);
 
-// Validates (throws moekit::Error naming the argument) and launches.
-// Asynchronous. m == 0 is a no-op.
-void w4a16_grouped_gemm(const W4A16GemmArgs &args);
+// Validates (throws moekit::Error naming the argument) and launches. Asynchronous. m == 0 is a
+// no-op.
+void w4a16_grouped_gemm(const W4A16GemmArgs& args);
 
-} // namespace moekit::gemm
+}  // namespace moekit::gemm

@@ -3,7 +3,7 @@
 //
 // Numerics:
 //  - Weights are dequantized exactly (the quant reference dequantize) to fp32, once per call and
-//    expert touched.
+//    expert touched (in batches of experts bounded by MoeReferenceOptions::dequant_budget_bytes).
 //  - kWeightOnly (W4A16 / W8A16 / BF16): GEMM inputs are used as given (fp32; bf16 inputs are
 //    widened exactly); products accumulate in fp32; the intermediate is fp32.
 //  - kEmulateActivationQuant (W4A4 / W8A8): each GEMM input is quantized and dequantized with the
@@ -35,6 +35,9 @@ struct MoeReferenceOptions {
   MoeNumerics numerics = MoeNumerics::kWeightOnly;
   // Activation quantization for kEmulateActivationQuant; default_activation_quant() if unset.
   std::optional<QuantConfig> activation_quant;
+  // Upper bound on the dequantized fp32 expert matrices alive at once (batches of experts; at
+  // least one expert). The result does not depend on it.
+  std::int64_t dequant_budget_bytes = std::int64_t{1} << 30;
 };
 
 // The activation scheme a W?A? kernel pairs with a weight scheme: NVFP4 -> NVFP4, MXFP4 -> MXFP8

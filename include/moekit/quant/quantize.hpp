@@ -34,9 +34,16 @@ struct QuantizedView {
 
 // Quantizes x into out. `static_scale` (optional, fp32, one per matrix) fixes the per-tensor scale
 // instead of computing it from amax: the ENCODE global scale gs for NVFP4 (copied to
-// out.global_scale), the DECODE scale s for FP8 per-tensor. All tensors must live on the
-// backend's device (host for kReference, CUDA for kCuda). The cuda backend is asynchronous on
-// `stream` and never synchronizes or allocates (graph-capture safe).
+// out.global_scale), the DECODE scale s for FP8 per-tensor; other schemes refuse it. Its values
+// must be finite and > 0 (checked by the reference backend; the cuda one cannot read them without
+// a sync). All tensors must live on the backend's device (host for kReference, CUDA for kCuda).
+// The cuda backend is asynchronous on `stream` and never synchronizes or allocates (graph-capture
+// safe). out.config is not read (the config argument rules); every output byte is written,
+// padding of swizzled scales as 0.
+// Computed scales (formats.md; moekit's choices where it is silent): NVFP4 gs = 2688/amax (1 when
+// amax == 0); FP8 per-tensor s = amax/448 (1 when that is 0); per-token max(amax/448, 1/(448*512));
+// FP8 1x128 / 128x128 s = max(amax, 1e-10)/448. amax ignores NaN. The arithmetic is the MOEKIT_HD
+// code of moekit/quant/codecs.hpp, shared with the CUDA kernels.
 void quantize(const TensorView& x, const QuantConfig& config, const QuantizedView& out,
               QuantBackend backend = QuantBackend::kReference, const TensorView& static_scale = {},
               StreamHandle stream = nullptr);

@@ -31,17 +31,19 @@ enum class QuantBackend : std::uint8_t { kReference, kCuda };
 
 struct QuantConfig {
   QuantScheme scheme = QuantScheme::kBF16;
-  ScaleLayout layout = ScaleLayout::kLinear;  // block-scaled schemes only (MXFP8, NVFP4*, MXFP4)
-  ScaleRule rule = ScaleRule::kRceil;         // MX schemes only
+  // Block-scaled schemes only (MXFP8, NVFP4*, MXFP4); other schemes must keep kLinear.
+  ScaleLayout layout = ScaleLayout::kLinear;
+  // MX schemes only; other schemes must keep kRceil (infer_quant_shapes / quantize throw).
+  ScaleRule rule = ScaleRule::kRceil;
   // "nvfp4/swizzled_128x4", "mxfp4/linear/floor", "fp8_1x128": the scheme, then the layout for
   // block-scaled schemes, then the rule for MX schemes. parse_quant_config() reads it back.
   std::string str() const;
   bool operator==(const QuantConfig&) const = default;
 };
 
-std::string_view scheme_name(
-    QuantScheme s);  // "bf16", "fp8_tensor", "fp8_token", "fp8_1x128",
-                     // "fp8_block", "mxfp8", "nvfp4", "nvfp4_token", "mxfp4"
+// "bf16", "fp8_tensor", "fp8_token", "fp8_1x128", "fp8_block", "mxfp8", "nvfp4", "nvfp4_token",
+// "mxfp4"
+std::string_view scheme_name(QuantScheme s);
 QuantScheme parse_scheme(std::string_view name);  // throws moekit::Error listing valid names
 std::string_view layout_name(ScaleLayout l);      // "linear", "swizzled_128x4", "swizzled_8x4"
 ScaleLayout parse_layout(std::string_view name);

@@ -2,6 +2,7 @@
 // per-expert dequantized fp32 GEMMs parallelized over (expert, token tile), and the combine.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -229,70 +230,79 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
       perm_slot[static_cast<std::size_t>(fill[ids[s]]++)] = s;
   }
 
-  // Dequantize the experts that received tokens, once.
+  // Experts that received tokens; each of their matrices is dequantized exactly once, in
+  // batches of at most options.dequant_budget_bytes of fp32 (one expert at least), so that large
+  // layers never hold every expert at once.
   const std::int64_t w13_rows = weights.w13_rows();
   std::vector<int> touched;
   for (int e = 0; e < num_experts; ++e)
     if (offsets[e + 1] > offsets[e]) touched.push_back(e);
-  std::vector<std::vector<float>> w13(static_cast<std::size_t>(num_experts));
-  std::vector<std::vector<float>> w2(static_cast<std::size_t>(num_experts));
-  parallel_for(static_cast<std::int64_t>(touched.size()), 1, [&](std::int64_t b, std::int64_t end) {
-    for (std::int64_t t = b; t < end; ++t) {
-      const int e = touched[static_cast<std::size_t>(t)];
-      w13[e].resize(static_cast<std::size_t>(w13_rows * h));
-      w2[e].resize(static_cast<std::size_t>(h * inter));
-      cpu::dequantize_expert(weights.w13, e, w13[e].data());
-      cpu::dequantize_expert(weights.w2, e, w2[e].data());
-    }
-  });
 
-  std::vector<WorkItem> items;
-  for (int e : touched)
-    for (std::int64_t b = offsets[e]; b < offsets[e + 1]; b += kTokenTile)
-      items.push_back({e, b, std::min(offsets[e + 1], b + kTokenTile)});
-  const auto num_items = static_cast<std::int64_t>(items.size());
+  // Runs item_fn(item, dequantized matrix) for every token tile, expert batch by expert batch.
+  auto for_each_tile = [&](const QuantizedTensor& q, std::int64_t matrix_elems,
+                           const std::function<void(const WorkItem&, const float*)>& item_fn) {
+    const auto per_batch = static_cast<std::size_t>(std::max<std::int64_t>(
+        1, options.dequant_budget_bytes / std::max<std::int64_t>(1, matrix_elems * 4)));
+    std::vector<std::vector<float>> cache;
+    for (std::size_t first = 0; first < touched.size(); first += per_batch) {
+      const std::size_t count = std::min(per_batch, touched.size() - first);
+      cache.resize(count);
+      parallel_for(static_cast<std::int64_t>(count), 1, [&](std::int64_t b, std::int64_t end) {
+        for (std::int64_t t = b; t < end; ++t) {
+          cache[t].resize(static_cast<std::size_t>(matrix_elems));
+          cpu::dequantize_expert(q, touched[first + static_cast<std::size_t>(t)], cache[t].data());
+        }
+      });
+      std::vector<std::pair<WorkItem, const float*>> items;
+      for (std::size_t t = 0; t < count; ++t) {
+        const int e = touched[first + t];
+        for (std::int64_t b = offsets[e]; b < offsets[e + 1]; b += kTokenTile)
+          items.push_back({{e, b, std::min(offsets[e + 1], b + kTokenTile)}, cache[t].data()});
+      }
+      parallel_for(static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t b, std::int64_t end) {
+        for (std::int64_t it = b; it < end; ++it)
+          item_fn(items[static_cast<std::size_t>(it)].first, items[static_cast<std::size_t>(it)].second);
+      });
+    }
+  };
 
   // Phase 1: GEMM1 (+ bias) and the activation, into the permuted intermediate [M*k, I].
   std::vector<float> intermediate(static_cast<std::size_t>(slots * inter));
-  parallel_for(num_items, 1, [&](std::int64_t b, std::int64_t end) {
-    std::vector<float> c1(static_cast<std::size_t>(kTokenTile * w13_rows));
+  for_each_tile(weights.w13, w13_rows * h, [&](const WorkItem& w, const float* w13) {
+    thread_local std::vector<float> c1;
+    c1.resize(static_cast<std::size_t>(kTokenTile * w13_rows));
     const float* rows[kTokenTile];
-    for (std::int64_t it = b; it < end; ++it) {
-      const WorkItem& w = items[static_cast<std::size_t>(it)];
-      const std::int64_t n = w.end - w.begin;
-      for (std::int64_t r = 0; r < n; ++r) rows[r] = a1_row(perm_slot[w.begin + r]);
-      cpu::gemm_rows_nt(rows, n, w13[w.expert].data(), w13_rows, h, c1.data(), w13_rows);
-      if (weights.w13_bias.defined()) {
-        const float* bias = weights.w13_bias.ptr<const float>() + w.expert * w13_rows;
-        for (std::int64_t r = 0; r < n; ++r)
-          for (std::int64_t c = 0; c < w13_rows; ++c) c1[r * w13_rows + c] += bias[c];
-      }
-      activation_reference_rows(c1.data(), n, inter, config.activation,
-                                intermediate.data() + w.begin * inter);
+    const std::int64_t n = w.end - w.begin;
+    for (std::int64_t r = 0; r < n; ++r) rows[r] = a1_row(perm_slot[w.begin + r]);
+    cpu::gemm_rows_nt(rows, n, w13, w13_rows, h, c1.data(), w13_rows);
+    if (weights.w13_bias.defined()) {
+      const float* bias = weights.w13_bias.ptr<const float>() + w.expert * w13_rows;
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t c = 0; c < w13_rows; ++c) c1[r * w13_rows + c] += bias[c];
     }
+    activation_reference_rows(c1.data(), n, inter, config.activation,
+                              intermediate.data() + w.begin * inter);
   });
   if (emulate) fake_quantize(intermediate.data(), slots, inter, act, a2);
 
   // Phase 2: GEMM2 (+ bias) into per-slot expert outputs [M*k, H].
   std::vector<float> expert_out(static_cast<std::size_t>(slots * h));
-  parallel_for(num_items, 1, [&](std::int64_t b, std::int64_t end) {
-    std::vector<float> c2(static_cast<std::size_t>(kTokenTile * h));
+  for_each_tile(weights.w2, h * inter, [&](const WorkItem& w, const float* w2) {
+    thread_local std::vector<float> c2;
+    c2.resize(static_cast<std::size_t>(kTokenTile * h));
     const float* rows[kTokenTile];
-    for (std::int64_t it = b; it < end; ++it) {
-      const WorkItem& w = items[static_cast<std::size_t>(it)];
-      const std::int64_t n = w.end - w.begin;
-      for (std::int64_t r = 0; r < n; ++r) rows[r] = intermediate.data() + (w.begin + r) * inter;
-      cpu::gemm_rows_nt(rows, n, w2[w.expert].data(), h, inter, c2.data(), h);
-      const float* bias =
-          weights.w2_bias.defined() ? weights.w2_bias.ptr<const float>() + w.expert * h : nullptr;
-      for (std::int64_t r = 0; r < n; ++r) {
-        float* dst = expert_out.data() + perm_slot[w.begin + r] * h;
-        const float* src = c2.data() + r * h;
-        if (bias) {
-          for (std::int64_t c = 0; c < h; ++c) dst[c] = src[c] + bias[c];
-        } else {
-          std::memcpy(dst, src, static_cast<std::size_t>(h) * sizeof(float));
-        }
+    const std::int64_t n = w.end - w.begin;
+    for (std::int64_t r = 0; r < n; ++r) rows[r] = intermediate.data() + (w.begin + r) * inter;
+    cpu::gemm_rows_nt(rows, n, w2, h, inter, c2.data(), h);
+    const float* bias =
+        weights.w2_bias.defined() ? weights.w2_bias.ptr<const float>() + w.expert * h : nullptr;
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* dst = expert_out.data() + perm_slot[w.begin + r] * h;
+      const float* src = c2.data() + r * h;
+      if (bias) {
+        for (std::int64_t c = 0; c < h; ++c) dst[c] = src[c] + bias[c];
+      } else {
+        std::memcpy(dst, src, static_cast<std::size_t>(h) * sizeof(float));
       }
     }
   });

@@ -16,31 +16,27 @@
 
 namespace moekit::gemm::sm90_w4a16 {
 
-template <int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_,
-          int kMinBlocks_ = 1, bool kL2Prefetch_ = true>
+template <int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_, int kMinBlocks_ = 1,
+          bool kL2Prefetch_ = true>
 struct DecodeConfig {
   static constexpr bool kL2Prefetch = kL2Prefetch_;
-  static constexpr int kMinBlocks =
-      kMinBlocks_; // __launch_bounds__ occupancy target
-  static constexpr int kWarpsK = kWarpsK_, kTilesM = kTilesM_,
-                       kTilesN = kTilesN_;
-  static constexpr int kStages = kStages_; // weight ring depth (items)
-  static constexpr int kXStages = 2; // activation ring depth (L2-resident data)
+  static constexpr int kMinBlocks = kMinBlocks_;  // __launch_bounds__ occupancy target
+  static constexpr int kWarpsK = kWarpsK_, kTilesM = kTilesM_, kTilesN = kTilesN_;
+  static constexpr int kStages = kStages_;  // weight ring depth (items)
+  static constexpr int kXStages = 2;        // activation ring depth (L2-resident data)
   static constexpr int kThreads = 32 * kWarpsK;
   static constexpr int kRows = 16 * kTilesM;
   static constexpr int kTokens = 8 * kTilesN;
   static constexpr int kAccRegs = kTilesM * kTilesN * 4;
   static constexpr int kLutBytes = 256 * 4;
-  static constexpr int kRedBytes =
-      2 * kWarpsK * kAccRegs * 32 * 4; // double-buffered
+  static constexpr int kRedBytes = 2 * kWarpsK * kAccRegs * 32 * 4;  // double-buffered
   static_assert(kStages % kXStages == 0, "ring depths");
   static int smem_bytes(int num_experts) {
     return kLutBytes + ((num_experts + 1) * 4 + 127) / 128 * 128 + kRedBytes;
   }
 };
 
-__device__ __forceinline__ uint4 load_activation(const __nv_bfloat16 *p,
-                                                 bool valid) {
+__device__ __forceinline__ uint4 load_activation(const __nv_bfloat16* p, bool valid) {
   uint4 v = make_uint4(0, 0, 0, 0);
   if (valid)
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -52,32 +48,26 @@ __device__ __forceinline__ uint4 load_activation(const __nv_bfloat16 *p,
 // Epilogue of one 16-row x 8-token accumulator tile (c: rows g, g+8 x tokens
 // 2t, 2t+1).
 template <int kEpi>
-__device__ __forceinline__ void store_tile(const Params &p, const float (&c)[4],
-                                           int e, int rt, int row0, int row_end,
-                                           int g, int t) {
-  const float scale =
-      (p.alpha ? p.alpha[e] : 1.0f) * 18446744073709551616.0f; // 2^64
-  const float *bias =
-      p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
+__device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4], int e, int rt,
+                                           int row0, int row_end, int g, int t) {
+  const float scale = (p.alpha ? p.alpha[e] : 1.0f) * 18446744073709551616.0f;  // 2^64
+  const float* bias = p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 2 * t + h;
-    if (row >= row_end)
-      continue;
+    if (row >= row_end) continue;
     const float rs = p.row_scale ? p.row_scale[row] : 1.0f;
-    __nv_bfloat16 *out = p.out + static_cast<std::int64_t>(row) * p.ldo;
+    __nv_bfloat16* out = p.out + static_cast<std::int64_t>(row) * p.ldo;
     const float lo = c[h] * scale, hi = c[2 + h] * scale;
     if constexpr (kEpi == 0) {
       const int n0 = rt * 16 + g;
       out[n0] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
-      out[n0 + 8] =
-          __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
+      out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
     } else {
       const int col = rt * 8 + g;
       const float gate = lo + (bias ? bias[col] : 0.0f);
       const float up = hi + (bias ? bias[p.n / 2 + col] : 0.0f);
-      out[col] = __float2bfloat16_rn(
-          gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
+      out[col] = __float2bfloat16_rn(gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
     }
   }
 }
@@ -86,32 +76,27 @@ template <typename Cfg, bool kNvfp4, int kEpi>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     w4a16_decode_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  std::uint32_t *lut = reinterpret_cast<std::uint32_t *>(smem);
-  int *tile_start = reinterpret_cast<int *>(smem + Cfg::kLutBytes);
-  float *red = reinterpret_cast<float *>(
-      smem + Cfg::kLutBytes + ((p.num_experts + 1) * 4 + 127) / 128 * 128);
+  std::uint32_t* lut = reinterpret_cast<std::uint32_t*>(smem);
+  int* tile_start = reinterpret_cast<int*>(smem + Cfg::kLutBytes);
+  float* red =
+      reinterpret_cast<float*>(smem + Cfg::kLutBytes + ((p.num_experts + 1) * 4 + 127) / 128 * 128);
   const int tid = threadIdx.x, lane = tid % 32, wk = tid / 32;
   const int g = lane / 4, t = lane % 4;
 
-  for (int i = tid; i < 256; i += Cfg::kThreads)
-    lut[i] = scale_multiplier<kNvfp4>(i);
+  for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
   if (wk == 0) {
     int carry = 0;
-    if (lane == 0)
-      tile_start[0] = 0;
+    if (lane == 0) tile_start[0] = 0;
     for (int base = 0; base < p.num_experts; base += 32) {
       const int e = base + lane;
-      const int rows =
-          e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
+      const int rows = e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
       int incl = (rows + Cfg::kTokens - 1) / Cfg::kTokens;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-        if (lane >= d)
-          incl += v;
+        if (lane >= d) incl += v;
       }
-      if (e < p.num_experts)
-        tile_start[e + 1] = carry + incl;
+      if (e < p.num_experts) tile_start[e + 1] = carry + incl;
       carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
   }
@@ -121,14 +106,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row_tiles16 = p.n / 16;
   const int cta_row_tiles = (row_tiles16 + Cfg::kTilesM - 1) / Cfg::kTilesM;
   const int units = total_tiles * cta_row_tiles;
-  if (static_cast<int>(blockIdx.x) >= units)
-    return;
-  const int my_units =
-      (units - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) +
-      1;
+  if (static_cast<int>(blockIdx.x) >= units) return;
+  const int my_units = (units - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
   const int chunks = p.k / 64;
-  const int per_unit =
-      (chunks + Cfg::kWarpsK - 1) / Cfg::kWarpsK; // items per unit per warp
+  const int per_unit = (chunks + Cfg::kWarpsK - 1) / Cfg::kWarpsK;  // items per unit per warp
   const int items = my_units * per_unit;
   constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
   const int scale_lane = kNvfp4 ? lane * 2 : (g * 2 + t / 2) * 2;
@@ -138,10 +119,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     int e, row_begin, row_end, rt0;
   };
   auto decode_unit = [&](int i) {
-    const int u =
-        static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+    const int u = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
     const int tt = u % total_tiles;
-    int lo = 0, hi = p.num_experts - 1; // largest e with tile_start[e] <= tt
+    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] <= tt
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (tile_start[mid] <= tt)
@@ -159,8 +139,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- load cursor: the item `kStages` ahead of compute ----
   int ld_unit = 0, ld_ci = 0;
-  const std::uint8_t *wptr[Cfg::kTilesM];
-  const std::uint8_t *sptr[Cfg::kTilesM];
+  const std::uint8_t* wptr[Cfg::kTilesM];
+  const std::uint8_t* sptr[Cfg::kTilesM];
   bool w_ok[Cfg::kTilesM];
   auto set_load_unit = [&](int i) {
     const Unit un = decode_unit(i);
@@ -169,8 +149,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int rt = un.rt0 + m;
       w_ok[m] = rt < row_tiles16;
       const std::int64_t tile =
-          (static_cast<std::int64_t>(un.e) * row_tiles16 + (w_ok[m] ? rt : 0)) *
-          chunks;
+          (static_cast<std::int64_t>(un.e) * row_tiles16 + (w_ok[m] ? rt : 0)) * chunks;
       wptr[m] = p.w + tile * 512 + lane * 16;
       sptr[m] = p.w_scales + tile * kScaleRecord + scale_lane;
     }
@@ -179,7 +158,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- activation cursor: trails the weight cursor by kStages - kXStages
   // items ----
   int x_unit = 0, x_ci = 0;
-  const __nv_bfloat16 *xptr[Cfg::kTilesN];
+  const __nv_bfloat16* xptr[Cfg::kTilesN];
   bool x_ok[Cfg::kTilesN];
   auto set_x_unit = [&](int i) {
     const Unit un = decode_unit(i);
@@ -187,23 +166,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
       const int row = un.row_begin + nt * 8 + g;
       x_ok[nt] = row < un.row_end;
-      const std::int64_t src =
-          x_ok[nt] ? (p.row_index ? p.row_index[row] : row) : 0;
+      const std::int64_t src = x_ok[nt] ? (p.row_index ? p.row_index[row] : row) : 0;
       xptr[nt] = p.a + src * p.lda + t * 16;
     }
   };
   set_x_unit(0);
   // Per-item chunk of this warp: c = ci * kWarpsK + wk (absent when >= chunks).
-  auto load_item_w = [&](uint4(&wr)[Cfg::kTilesM],
-                         std::uint32_t(&sr)[Cfg::kTilesM], int unit, int ci) {
+  auto load_item_w = [&](uint4(&wr)[Cfg::kTilesM], std::uint32_t(&sr)[Cfg::kTilesM], int unit,
+                         int ci) {
     const int c = ci * Cfg::kWarpsK + wk;
     const bool ok = unit < my_units && c < chunks;
 #pragma unroll
     for (int m = 0; m < Cfg::kTilesM; ++m) {
-      wr[m] = load_weights<Cfg::kL2Prefetch>(
-          wptr[m] + static_cast<std::int64_t>(c) * 512, ok && w_ok[m]);
-      sr[m] = load_scales<Cfg::kL2Prefetch>(
-          sptr[m] + static_cast<std::int64_t>(c) * kScaleRecord, ok && w_ok[m]);
+      wr[m] = load_weights<Cfg::kL2Prefetch>(wptr[m] + static_cast<std::int64_t>(c) * 512,
+                                             ok && w_ok[m]);
+      sr[m] = load_scales<Cfg::kL2Prefetch>(sptr[m] + static_cast<std::int64_t>(c) * kScaleRecord,
+                                            ok && w_ok[m]);
     }
   };
   auto load_item_x = [&](uint4(&xr)[Cfg::kTilesN][2], int unit, int ci) {
@@ -225,15 +203,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       load_item_x(xring[st], x_unit, x_ci);
       if (++x_ci == per_unit) {
         x_ci = 0;
-        if (++x_unit < my_units)
-          set_x_unit(x_unit);
+        if (++x_unit < my_units) set_x_unit(x_unit);
       }
     }
     load_item_w(wring[st], sring[st], ld_unit, ld_ci);
     if (++ld_ci == per_unit) {
       ld_ci = 0;
-      if (++ld_unit < my_units)
-        set_load_unit(ld_unit);
+      if (++ld_unit < my_units) set_load_unit(ld_unit);
     }
   }
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
@@ -242,8 +218,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
     for (int nt = 0; nt < Cfg::kTilesN; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        acc[m][nt][r] = 0.0f;
+      for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
   int cu_unit = 0, cu_ci = 0;
 
   for (int q0 = 0; q0 < items; q0 += Cfg::kStages) {
@@ -275,20 +250,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         load_item_w(wring[st], sring[st], ld_unit, ld_ci);
         if (++ld_ci == per_unit) {
           ld_ci = 0;
-          if (++ld_unit < my_units)
-            set_load_unit(ld_unit);
+          if (++ld_unit < my_units) set_load_unit(ld_unit);
         }
         load_item_x(xring[xs], x_unit, x_ci);
         if (++x_ci == per_unit) {
           x_ci = 0;
-          if (++x_unit < my_units)
-            set_x_unit(x_unit);
+          if (++x_unit < my_units) set_x_unit(x_unit);
         }
         // Unit end (uniform across the CTA): reduce over K warps, epilogue by
         // warp 0.
         if (++cu_ci == per_unit) {
-          float *buf =
-              red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
+          float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
           if constexpr (Cfg::kWarpsK > 1) {
             if (wk > 0) {
 #pragma unroll
@@ -297,15 +269,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                 for (int nt = 0; nt < Cfg::kTilesN; ++nt)
 #pragma unroll
                   for (int r = 0; r < 4; ++r)
-                    buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 +
-                         r) *
-                            32 +
-                        lane] = acc[m][nt][r];
+                    buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane] =
+                        acc[m][nt][r];
             }
             __syncthreads();
           }
           if (wk == 0) {
-            for (int w = 1; w < Cfg::kWarpsK; ++w) // fixed order: deterministic
+            for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
 #pragma unroll
               for (int m = 0; m < Cfg::kTilesM; ++m)
 #pragma unroll
@@ -313,19 +283,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
                   for (int r = 0; r < 4; ++r)
                     acc[m][nt][r] +=
-                        buf[((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 +
-                             nt * 4 + r) *
-                                32 +
-                            lane];
+                        buf[((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane];
             const Unit un = decode_unit(cu_unit);
 #pragma unroll
             for (int m = 0; m < Cfg::kTilesM; ++m) {
-              if (un.rt0 + m >= row_tiles16)
-                continue;
+              if (un.rt0 + m >= row_tiles16) continue;
 #pragma unroll
               for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-                store_tile<kEpi>(p, acc[m][nt], un.e, un.rt0 + m,
-                                 un.row_begin + nt * 8, un.row_end, g, t);
+                store_tile<kEpi>(p, acc[m][nt], un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end,
+                                 g, t);
             }
           }
 #pragma unroll
@@ -333,8 +299,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
             for (int nt = 0; nt < Cfg::kTilesN; ++nt)
 #pragma unroll
-              for (int r = 0; r < 4; ++r)
-                acc[m][nt][r] = 0.0f;
+              for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
           cu_ci = 0;
           ++cu_unit;
         }
@@ -343,4 +308,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-} // namespace moekit::gemm::sm90_w4a16
+}  // namespace moekit::gemm::sm90_w4a16

@@ -35,14 +35,14 @@ int multiprocessors() {
   static const int count = [] {
     int dev = 0, sms = 0;
     MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-    MOEKIT_CUDA_CHECK(
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     return sms;
   }();
   return count;
 }
 
-template <typename Cfg, bool kNvfp4, int kEpi> constexpr auto kernel_for() {
+template <typename Cfg, bool kNvfp4, int kEpi>
+constexpr auto kernel_for() {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
   } else {
@@ -51,111 +51,94 @@ template <typename Cfg, bool kNvfp4, int kEpi> constexpr auto kernel_for() {
 }
 
 template <typename Cfg, bool kNvfp4, int kEpi>
-void launch_config(const W4A16GemmArgs &args, const Params &params) {
+void launch_config(const W4A16GemmArgs& args, const Params& params) {
   auto kernel = kernel_for<Cfg, kNvfp4, kEpi>();
   const int smem = Cfg::smem_bytes(args.num_experts);
-  MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  MOEKIT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, kernel, Cfg::kThreads, smem));
+  MOEKIT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
   MOEKIT_CHECK(per_sm > 0, "w4a16_grouped_gemm: tile ", w4_tile_name(args.tile),
                " does not fit on this device (shared memory ", smem, " bytes)");
   // Upper bound of the units the kernel finds on the device: every expert adds
   // at most one partial token tile.
   const std::int64_t token_tiles =
-      (args.m + Cfg::kTokens - 1) / Cfg::kTokens +
-      std::min<std::int64_t>(args.num_experts, args.m);
+      (args.m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(args.num_experts, args.m);
   const std::int64_t row_tiles = (args.n + Cfg::kRows - 1) / Cfg::kRows;
   std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
-                                             static_cast<std::int64_t>(per_sm) *
-                                                 multiprocessors());
-  if (args.max_ctas > 0)
-    grid = std::min<std::int64_t>(grid, args.max_ctas);
+                                             static_cast<std::int64_t>(per_sm) * multiprocessors());
+  if (args.max_ctas > 0) grid = std::min<std::int64_t>(grid, args.max_ctas);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem,
            static_cast<cudaStream_t>(args.stream)>>>(params);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename Cfg>
-void dispatch_format_epilogue(const W4A16GemmArgs &args, const Params &params) {
+void dispatch_format_epilogue(const W4A16GemmArgs& args, const Params& params) {
   const bool nv = args.format == W4Format::kNVFP4;
   switch (args.epilogue) {
-  case W4Epilogue::kNone:
-    return nv ? launch_config<Cfg, true, 0>(args, params)
-              : launch_config<Cfg, false, 0>(args, params);
-  case W4Epilogue::kSiluAndMul:
-    return nv ? launch_config<Cfg, true, 1>(args, params)
-              : launch_config<Cfg, false, 1>(args, params);
-  case W4Epilogue::kSwigluOai:
-    return nv ? launch_config<Cfg, true, 2>(args, params)
-              : launch_config<Cfg, false, 2>(args, params);
+    case W4Epilogue::kNone:
+      return nv ? launch_config<Cfg, true, 0>(args, params)
+                : launch_config<Cfg, false, 0>(args, params);
+    case W4Epilogue::kSiluAndMul:
+      return nv ? launch_config<Cfg, true, 1>(args, params)
+                : launch_config<Cfg, false, 1>(args, params);
+    case W4Epilogue::kSwigluOai:
+      return nv ? launch_config<Cfg, true, 2>(args, params)
+                : launch_config<Cfg, false, 2>(args, params);
   }
-  MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ",
-              static_cast<int>(args.epilogue));
+  MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
 }
 
-} // namespace
+}  // namespace
 
 bool w4a16_available() { return true; }
 
-W4Tile w4a16_resolve_tile(const W4A16GemmArgs &args) {
-  if (args.tile != W4Tile::kAuto)
-    return args.tile;
+W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
+  if (args.tile != W4Tile::kAuto) return args.tile;
   // Expected rows per active expert (uniform routing): m spread over min(E, m)
   // experts.
-  const std::int64_t active = std::max<std::int64_t>(
-      1, std::min<std::int64_t>(args.num_experts, args.m));
+  const std::int64_t active =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
   const std::int64_t per_expert = (args.m + active - 1) / active;
-  if (per_expert <= 8)
-    return W4Tile::kDecode8;
-  if (per_expert <= 16)
-    return W4Tile::kDecode16;
-  if (per_expert <= 48)
-    return W4Tile::kMid32;
+  if (per_expert <= 8) return W4Tile::kDecode8;
+  if (per_expert <= 16) return W4Tile::kDecode16;
+  if (per_expert <= 48) return W4Tile::kMid32;
   return W4Tile::kLarge;
 }
 
-void w4a16_grouped_gemm(const W4A16GemmArgs &args) {
-  MOEKIT_CHECK_ARG(args.num_experts > 0, "num_experts", "> 0",
-                   args.num_experts);
-  MOEKIT_CHECK_ARG(args.m >= 0 && args.m < (std::int64_t{1} << 31), "m",
-                   "in [0, 2^31)", args.m);
-  MOEKIT_CHECK_ARG(args.n > 0 && args.n % 16 == 0 &&
-                       args.n < (std::int64_t{1} << 30),
-                   "n", "a positive multiple of 16", args.n);
-  MOEKIT_CHECK_ARG(args.k > 0 && args.k % 64 == 0 &&
-                       args.k < (std::int64_t{1} << 30),
-                   "k", "a positive multiple of 64", args.k);
+void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
+  MOEKIT_CHECK_ARG(args.num_experts > 0, "num_experts", "> 0", args.num_experts);
+  MOEKIT_CHECK_ARG(args.m >= 0 && args.m < (std::int64_t{1} << 31), "m", "in [0, 2^31)", args.m);
+  MOEKIT_CHECK_ARG(args.n > 0 && args.n % 16 == 0 && args.n < (std::int64_t{1} << 30), "n",
+                   "a positive multiple of 16", args.n);
+  MOEKIT_CHECK_ARG(args.k > 0 && args.k % 64 == 0 && args.k < (std::int64_t{1} << 30), "k",
+                   "a positive multiple of 64", args.k);
   const std::int64_t lda = args.lda == 0 ? args.k : args.lda;
-  MOEKIT_CHECK_ARG(lda >= args.k && lda % 8 == 0, "lda",
-                   ">= k and a multiple of 8", lda);
+  MOEKIT_CHECK_ARG(lda >= args.k && lda % 8 == 0, "lda", ">= k and a multiple of 8", lda);
   const bool is_gated = args.epilogue != W4Epilogue::kNone;
   const std::int64_t out_width = is_gated ? args.n / 2 : args.n;
   const std::int64_t ldo = args.ldo == 0 ? out_width : args.ldo;
-  MOEKIT_CHECK_ARG(ldo >= out_width, "ldo",
-                   ">= output width " + std::to_string(out_width), ldo);
-  if (args.m == 0)
-    return;
+  MOEKIT_CHECK_ARG(ldo >= out_width, "ldo", ">= output width " + std::to_string(out_width), ldo);
+  if (args.m == 0) return;
   MOEKIT_CHECK_ARG(args.expert_offsets != nullptr || args.num_experts == 1, "expert_offsets",
                    "a device pointer (null only for num_experts == 1: dense)", "null");
   MOEKIT_CHECK_ARG(args.a != nullptr, "a", "a device pointer", "null");
-  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.a) % 16 == 0, "a",
-                   "16-byte aligned", args.a);
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.a) % 16 == 0, "a", "16-byte aligned",
+                   args.a);
   MOEKIT_CHECK_ARG(args.w != nullptr, "w", "a device pointer", "null");
-  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w) % 16 == 0, "w",
-                   "16-byte aligned", static_cast<const void *>(args.w));
-  MOEKIT_CHECK_ARG(args.w_scales != nullptr, "w_scales", "a device pointer",
-                   "null");
-  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w_scales) % 2 == 0,
-                   "w_scales", "2-byte aligned",
-                   static_cast<const void *>(args.w_scales));
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w) % 16 == 0, "w", "16-byte aligned",
+                   static_cast<const void*>(args.w));
+  MOEKIT_CHECK_ARG(args.w_scales != nullptr, "w_scales", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w_scales) % 2 == 0, "w_scales",
+                   "2-byte aligned", static_cast<const void*>(args.w_scales));
   MOEKIT_CHECK_ARG(args.out != nullptr, "out", "a device pointer", "null");
   MOEKIT_CHECK_ARG(args.max_ctas >= 0, "max_ctas", ">= 0", args.max_ctas);
 
   Params params{};
   params.expert_offsets = args.expert_offsets;
-  params.a = static_cast<const __nv_bfloat16 *>(args.a);
+  params.a = static_cast<const __nv_bfloat16*>(args.a);
   params.lda = lda;
   params.row_index = args.row_index;
   params.w = args.w;
@@ -163,7 +146,7 @@ void w4a16_grouped_gemm(const W4A16GemmArgs &args) {
   params.alpha = args.alpha;
   params.bias = args.bias;
   params.row_scale = args.row_scale;
-  params.out = static_cast<__nv_bfloat16 *>(args.out);
+  params.out = static_cast<__nv_bfloat16*>(args.out);
   params.ldo = ldo;
   params.num_experts = args.num_experts;
   params.n = static_cast<int>(args.n);
@@ -175,19 +158,18 @@ void w4a16_grouped_gemm(const W4A16GemmArgs &args) {
   W4A16GemmArgs resolved = args;
   resolved.tile = w4a16_resolve_tile(args);
   switch (resolved.tile) {
-  case W4Tile::kDecode8:
-    return dispatch_format_epilogue<Decode8>(resolved, params);
-  case W4Tile::kDecode16:
-    return dispatch_format_epilogue<Decode16>(resolved, params);
-  case W4Tile::kMid32:
-    return dispatch_format_epilogue<Mid32>(resolved, params);
-  case W4Tile::kLarge:
-    return dispatch_format_epilogue<Large>(resolved, params);
-  case W4Tile::kAuto:
-    break;
+    case W4Tile::kDecode8:
+      return dispatch_format_epilogue<Decode8>(resolved, params);
+    case W4Tile::kDecode16:
+      return dispatch_format_epilogue<Decode16>(resolved, params);
+    case W4Tile::kMid32:
+      return dispatch_format_epilogue<Mid32>(resolved, params);
+    case W4Tile::kLarge:
+      return dispatch_format_epilogue<Large>(resolved, params);
+    case W4Tile::kAuto:
+      break;
   }
-  MOEKIT_FAIL("w4a16_grouped_gemm: tile: unresolved value ",
-              static_cast<int>(resolved.tile));
+  MOEKIT_FAIL("w4a16_grouped_gemm: tile: unresolved value ", static_cast<int>(resolved.tile));
 }
 
-} // namespace moekit::gemm
+}  // namespace moekit::gemm

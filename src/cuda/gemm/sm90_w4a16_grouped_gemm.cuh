@@ -19,16 +19,16 @@ namespace moekit::gemm::sm90_w4a16 {
 constexpr int kUnscaleLog2 = 64;
 
 struct Params {
-  const std::int32_t *expert_offsets;
-  const __nv_bfloat16 *a;
+  const std::int32_t* expert_offsets;
+  const __nv_bfloat16* a;
   std::int64_t lda;
-  const std::int32_t *row_index;
-  const std::uint8_t *w;
-  const std::uint8_t *w_scales;
-  const float *alpha;
-  const float *bias;
-  const float *row_scale;
-  __nv_bfloat16 *out;
+  const std::int32_t* row_index;
+  const std::uint8_t* w;
+  const std::uint8_t* w_scales;
+  const float* alpha;
+  const float* bias;
+  const float* row_scale;
+  __nv_bfloat16* out;
   std::int64_t ldo;
   int num_experts;
   int n;
@@ -39,59 +39,48 @@ struct Params {
 };
 
 // expert_offsets[e], or the dense layer's {0, m} when there is no offsets array.
-__device__ __forceinline__ int expert_offset(const Params &p, int e) {
+__device__ __forceinline__ int expert_offset(const Params& p, int e) {
   return p.expert_offsets ? p.expert_offsets[e] : (e == 0 ? 0 : p.m);
 }
 
 // kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM 16-row tiles x
 // kTilesN 8-token tiles and every kWarpsK-th 64-wide K chunk.
-template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_,
-          int kStages_, bool kL2Prefetch_ = true>
+template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_,
+          bool kL2Prefetch_ = true>
 struct TileConfig {
   static constexpr bool kL2Prefetch = kL2Prefetch_;
-  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_,
-                       kWarpsK = kWarpsK_;
-  static constexpr int kTilesM = kTilesM_, kTilesN = kTilesN_,
-                       kStages = kStages_;
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kWarpsK = kWarpsK_;
+  static constexpr int kTilesM = kTilesM_, kTilesN = kTilesN_, kStages = kStages_;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN * kWarpsK;
   static constexpr int kRows = 16 * kTilesM * kWarpsM;
   static constexpr int kTokens = 8 * kTilesN * kWarpsN;
   static constexpr int kStepK = 64 * kWarpsK;
-  static constexpr int kRowBytes =
-      kStepK * 2 + 16; // +16: conflict-free 16-byte reads
+  static constexpr int kRowBytes = kStepK * 2 + 16;  // +16: conflict-free 16-byte reads
   static constexpr int kStageBytes = kTokens * kRowBytes;
-  static constexpr int kCopiesPerStage =
-      kTokens * kStepK / 8; // 16-byte cp.async per stage
-  static constexpr int kCopiesPerThread =
-      (kCopiesPerStage + kThreads - 1) / kThreads;
+  static constexpr int kCopiesPerStage = kTokens * kStepK / 8;  // 16-byte cp.async per stage
+  static constexpr int kCopiesPerThread = (kCopiesPerStage + kThreads - 1) / kThreads;
   static constexpr int kReduceBytes =
       (kWarpsK - 1) * kWarpsM * kWarpsN * kTilesM * kTilesN * 4 * 32 * 4;
-  static constexpr int kRingBytes = kStages * kStageBytes > kReduceBytes
-                                        ? kStages *kStageBytes
-                                        : kReduceBytes;
+  static constexpr int kRingBytes =
+      kStages * kStageBytes > kReduceBytes ? kStages* kStageBytes : kReduceBytes;
   static constexpr int kLutBytes = 256 * 4;
   static int smem_bytes(int num_experts) {
     return kLutBytes + ((num_experts + 1) * 4 + 127) / 128 * 128 + kRingBytes;
   }
 };
 
-// ---- device helpers
-// ------------------------------------------------------------------------------
-__device__ __forceinline__ std::uint32_t smem_addr(const void *p) {
+// ---- device helpers ----
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void *src,
-                                           bool valid) {
-  const int bytes =
-      valid ? 16 : 0; // 0: zero-fill (rows past the expert's end, K tail)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(src), "r"(bytes));
+__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the expert's end, K tail)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending> __device__ __forceinline__ void cp_async_wait() {
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
@@ -99,36 +88,30 @@ template <int kPending> __device__ __forceinline__ void cp_async_wait() {
 // 4-8 consecutive chunks of a row tile are contiguous, so one DRAM burst serves
 // the next loads).
 template <bool kL2Prefetch>
-__device__ __forceinline__ uint4 load_weights(const std::uint8_t *p,
-                                              bool valid) {
+__device__ __forceinline__ uint4 load_weights(const std::uint8_t* p, bool valid) {
   uint4 v = make_uint4(0, 0, 0, 0);
   if (valid) {
     if constexpr (kL2Prefetch)
-      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, "
-                   "%3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "l"(p));
-    else
       asm volatile(
-          "ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+          "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, "
+          "%3}, [%4];\n"
           : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
           : "l"(p));
+    else
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p));
   }
   return v;
 }
 template <bool kL2Prefetch>
-__device__ __forceinline__ std::uint32_t load_scales(const std::uint8_t *p,
-                                                     bool valid) {
+__device__ __forceinline__ std::uint32_t load_scales(const std::uint8_t* p, bool valid) {
   unsigned short v = 0;
   if (valid) {
     if constexpr (kL2Prefetch)
-      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n"
-                   : "=h"(v)
-                   : "l"(p));
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
     else
-      asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];\n"
-                   : "=h"(v)
-                   : "l"(p));
+      asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
   }
   return v;
 }
@@ -141,8 +124,7 @@ __device__ __forceinline__ uint4 lds128(std::uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a,
-                                                    std::uint32_t b) {
+__device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   std::uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
@@ -152,10 +134,8 @@ __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a,
 // step. Extraction s moves nibbles 3-s and 7-s to bits 15..12 / 31..28, then
 // places sign | exponent | mantissa so the bf16 equals e2m1 * 2^-126 (code 0.5
 // becomes a bf16 subnormal; bf16 multiplies keep subnormals).
-__device__ __forceinline__ void dequant_word(std::uint32_t q,
-                                             std::uint32_t scale_lo,
-                                             std::uint32_t scale_hi,
-                                             std::uint32_t (&a)[4]) {
+__device__ __forceinline__ void dequant_word(std::uint32_t q, std::uint32_t scale_lo,
+                                             std::uint32_t scale_hi, std::uint32_t (&a)[4]) {
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     const std::uint32_t y = q << (4 * s);
@@ -164,65 +144,56 @@ __device__ __forceinline__ void dequant_word(std::uint32_t q,
   }
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4],
-                                         const std::uint32_t (&a)[4],
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4],
                                          std::uint32_t b0, std::uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, "
-               "%2, %3}, {%4, %5, %6, %7}, "
-               "{%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, "
+      "%2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // bf16x2 scale multiplier for a scale byte, pre-multiplied by 2^(126 -
 // kUnscaleLog2).
-template <bool kNvfp4> __device__ std::uint32_t scale_multiplier(int byte) {
+template <bool kNvfp4>
+__device__ std::uint32_t scale_multiplier(int byte) {
   float v;
   if (kNvfp4) {
     const int e = (byte >> 3) & 0xF, m = byte & 7;
     if ((byte & 0x7F) == 0x7F) {
       v = __int_as_float(0x7FC00000);
     } else {
-      v = e == 0 ? ldexpf(static_cast<float>(m), -9)
-                 : ldexpf(1.0f + m / 8.0f, e - 7);
+      v = e == 0 ? ldexpf(static_cast<float>(m), -9) : ldexpf(1.0f + m / 8.0f, e - 7);
     }
-    if (byte & 0x80)
-      v = -v;
+    if (byte & 0x80) v = -v;
     v = ldexpf(v, 126 - kUnscaleLog2);
   } else {
-    v = byte == 0xFF ? __int_as_float(0x7FC00000)
-                     : ldexpf(1.0f, byte - 127 + 126 - kUnscaleLog2);
+    v = byte == 0xFF ? __int_as_float(0x7FC00000) : ldexpf(1.0f, byte - 127 + 126 - kUnscaleLog2);
   }
   const std::uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(v));
   return h | (h << 16);
 }
 
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.0f + __expf(-x));
-}
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 
-template <int kEpi> // 0 none, 1 silu-and-mul, 2 swiglu-oai
-__device__ __forceinline__ float gated(float g, float u, float alpha,
-                                       float limit) {
-  if (kEpi == 1)
-    return silu(g) * u;
+template <int kEpi>  // 0 none, 1 silu-and-mul, 2 swiglu-oai
+__device__ __forceinline__ float gated(float g, float u, float alpha, float limit) {
+  if (kEpi == 1) return silu(g) * u;
   g = fminf(g, limit);
   u = fminf(fmaxf(u, -limit), limit);
   return g / (1.0f + __expf(-alpha * g)) * (u + 1.0f);
 }
 
-// ---- the kernel
-// -----------------------------------------------------------------------------------
+// ---- the kernel ----
 // kSkipDequant: measurement only (benchmarks): feeds raw code words to the MMA,
 // wrong results.
 template <typename Cfg, bool kNvfp4, int kEpi, bool kSkipDequant = false>
-__global__ void __launch_bounds__(Cfg::kThreads)
-    w4a16_grouped_gemm_kernel(Params p) {
+__global__ void __launch_bounds__(Cfg::kThreads) w4a16_grouped_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  std::uint32_t *lut = reinterpret_cast<std::uint32_t *>(smem);
-  int *tile_start = reinterpret_cast<int *>(smem + Cfg::kLutBytes);
-  unsigned char *ring =
-      smem + Cfg::kLutBytes + ((p.num_experts + 1) * 4 + 127) / 128 * 128;
+  std::uint32_t* lut = reinterpret_cast<std::uint32_t*>(smem);
+  int* tile_start = reinterpret_cast<int*>(smem + Cfg::kLutBytes);
+  unsigned char* ring = smem + Cfg::kLutBytes + ((p.num_experts + 1) * 4 + 127) / 128 * 128;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wk = warp % Cfg::kWarpsK;
@@ -230,26 +201,21 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int wm = warp / (Cfg::kWarpsK * Cfg::kWarpsN);
   const int g = lane / 4, t = lane % 4;
 
-  for (int i = tid; i < 256; i += Cfg::kThreads)
-    lut[i] = scale_multiplier<kNvfp4>(i);
+  for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
   // Token tiles per expert, prefix-summed: tile_start[e] .. tile_start[e + 1].
   if (warp == 0) {
     int carry = 0;
-    if (lane == 0)
-      tile_start[0] = 0;
+    if (lane == 0) tile_start[0] = 0;
     for (int base = 0; base < p.num_experts; base += 32) {
       const int e = base + lane;
-      const int rows =
-          e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
+      const int rows = e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
       int incl = (rows + Cfg::kTokens - 1) / Cfg::kTokens;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-        if (lane >= d)
-          incl += v;
+        if (lane >= d) incl += v;
       }
-      if (e < p.num_experts)
-        tile_start[e + 1] = carry + incl;
+      if (e < p.num_experts) tile_start[e + 1] = carry + incl;
       carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
   }
@@ -263,13 +229,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int steps = (chunks + Cfg::kWarpsK - 1) / Cfg::kWarpsK;
   constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
   const int scale_lane = kNvfp4 ? lane * 2 : (g * 2 + t / 2) * 2;
-  const float unscale = 18446744073709551616.0f; // 2^kUnscaleLog2
+  const float unscale = 18446744073709551616.0f;  // 2^kUnscaleLog2
   static_assert(kUnscaleLog2 == 64, "unscale constant");
 
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int tt = u % total_tiles;
     const int cta_rt = u / total_tiles;
-    int lo = 0, hi = p.num_experts - 1; // largest e with tile_start[e] <= tt
+    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] <= tt
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (tile_start[mid] <= tt)
@@ -278,13 +244,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         hi = mid - 1;
     }
     const int e = lo;
-    const int row_begin =
-        expert_offset(p, e) + (tt - tile_start[e]) * Cfg::kTokens;
+    const int row_begin = expert_offset(p, e) + (tt - tile_start[e]) * Cfg::kTokens;
     const int row_end = expert_offset(p, e + 1);
 
     // Activation copies: thread's (token, 16-byte segment) pairs are the same
     // in every stage.
-    const __nv_bfloat16 *src_row[Cfg::kCopiesPerThread];
+    const __nv_bfloat16* src_row[Cfg::kCopiesPerThread];
     std::uint32_t dst_off[Cfg::kCopiesPerThread];
     int seg_k[Cfg::kCopiesPerThread];
     bool copy_ok[Cfg::kCopiesPerThread];
@@ -294,17 +259,14 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       const int tok = idx / (Cfg::kStepK / 8), seg = idx % (Cfg::kStepK / 8);
       const int row = row_begin + tok;
       copy_ok[j] = idx < Cfg::kCopiesPerStage && row < row_end;
-      const std::int64_t src =
-          copy_ok[j] ? (p.row_index ? p.row_index[row] : row) : 0;
+      const std::int64_t src = copy_ok[j] ? (p.row_index ? p.row_index[row] : row) : 0;
       src_row[j] = p.a + src * p.lda;
       dst_off[j] = smem_addr(ring) + tok * Cfg::kRowBytes + seg * 16;
       seg_k[j] = seg * 8;
-      if (idx >= Cfg::kCopiesPerStage)
-        dst_off[j] = smem_addr(ring); // never issued
+      if (idx >= Cfg::kCopiesPerStage) dst_off[j] = smem_addr(ring);  // never issued
     }
     auto issue_stage = [&](int step, int slot) {
-      if (step >= steps)
-        return; // uniform: nothing left to stage
+      if (step >= steps) return;  // uniform: nothing left to stage
 #pragma unroll
       for (int j = 0; j < Cfg::kCopiesPerThread; ++j) {
         if (Cfg::kCopiesPerStage % Cfg::kThreads != 0 &&
@@ -312,40 +274,36 @@ __global__ void __launch_bounds__(Cfg::kThreads)
           continue;
         const int kk = step * Cfg::kStepK + seg_k[j];
         const bool ok = copy_ok[j] && kk < p.k;
-        cp_async16(dst_off[j] + slot * Cfg::kStageBytes,
-                   ok ? src_row[j] + kk : p.a, ok);
+        cp_async16(dst_off[j] + slot * Cfg::kStageBytes, ok ? src_row[j] + kk : p.a, ok);
       }
     };
 
     // Weight pointers of this warp's row tiles (lane-offset included); a chunk
     // is 512 bytes.
-    const std::uint8_t *wptr[Cfg::kTilesM];
-    const std::uint8_t *sptr[Cfg::kTilesM];
+    const std::uint8_t* wptr[Cfg::kTilesM];
+    const std::uint8_t* sptr[Cfg::kTilesM];
     bool tile_ok[Cfg::kTilesM];
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i) {
       const int rt = cta_rt * (Cfg::kRows / 16) + wm * Cfg::kTilesM + i;
       tile_ok[i] = rt < row_tiles16;
       const std::int64_t tile =
-          (static_cast<std::int64_t>(e) * row_tiles16 + (tile_ok[i] ? rt : 0)) *
-          chunks;
+          (static_cast<std::int64_t>(e) * row_tiles16 + (tile_ok[i] ? rt : 0)) * chunks;
       wptr[i] = p.w + tile * 512 + lane * 16;
       sptr[i] = p.w_scales + tile * kScaleRecord + scale_lane;
     }
 
     uint4 wring[Cfg::kStages][Cfg::kTilesM];
     std::uint32_t sring[Cfg::kStages][Cfg::kTilesM];
-    auto load_w = [&](int step, uint4(&wr)[Cfg::kTilesM],
-                      std::uint32_t(&sr)[Cfg::kTilesM]) {
+    auto load_w = [&](int step, uint4(&wr)[Cfg::kTilesM], std::uint32_t(&sr)[Cfg::kTilesM]) {
       const int c = step * Cfg::kWarpsK + wk;
       const bool ok = step < steps && c < chunks;
 #pragma unroll
       for (int i = 0; i < Cfg::kTilesM; ++i) {
-        wr[i] = load_weights<Cfg::kL2Prefetch>(
-            wptr[i] + static_cast<std::int64_t>(c) * 512, ok && tile_ok[i]);
-        sr[i] = load_scales<Cfg::kL2Prefetch>(
-            sptr[i] + static_cast<std::int64_t>(c) * kScaleRecord,
-            ok && tile_ok[i]);
+        wr[i] = load_weights<Cfg::kL2Prefetch>(wptr[i] + static_cast<std::int64_t>(c) * 512,
+                                               ok && tile_ok[i]);
+        sr[i] = load_scales<Cfg::kL2Prefetch>(sptr[i] + static_cast<std::int64_t>(c) * kScaleRecord,
+                                              ok && tile_ok[i]);
       }
     };
 
@@ -355,8 +313,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
       for (int j = 0; j < Cfg::kTilesN; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          acc[i][j][r] = 0.0f;
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
 #pragma unroll
     for (int st = 0; st < Cfg::kStages - 1; ++st) {
@@ -364,12 +321,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       cp_async_commit();
     }
 #pragma unroll
-    for (int st = 0; st < Cfg::kStages; ++st)
-      load_w(st, wring[st], sring[st]);
+    for (int st = 0; st < Cfg::kStages; ++st) load_w(st, wring[st], sring[st]);
 
-    const std::uint32_t b_base = smem_addr(ring) +
-                                 (wn * Cfg::kTilesN * 8 + g) * Cfg::kRowBytes +
-                                 wk * 128 + t * 32;
+    const std::uint32_t b_base =
+        smem_addr(ring) + (wn * Cfg::kTilesN * 8 + g) * Cfg::kRowBytes + wk * 128 + t * 32;
 
     for (int s0 = 0; s0 < steps; s0 += Cfg::kStages) {
 #pragma unroll
@@ -378,8 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         if (s < steps) {
           cp_async_wait<Cfg::kStages - 2>();
           __syncthreads();
-          issue_stage(s + Cfg::kStages - 1,
-                      (st + Cfg::kStages - 1) % Cfg::kStages);
+          issue_stage(s + Cfg::kStages - 1, (st + Cfg::kStages - 1) % Cfg::kStages);
           cp_async_commit();
           if (s * Cfg::kWarpsK + wk < chunks) {
             // Dequantize this warp's row tiles for the 4 k16 steps of its
@@ -390,13 +344,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               const std::uint32_t sc_lo = lut[sring[st][i] & 0xFF];
               const std::uint32_t sc_hi = lut[sring[st][i] >> 8];
               if constexpr (kSkipDequant) {
-                const std::uint32_t q[4] = {wring[st][i].x, wring[st][i].y,
-                                            wring[st][i].z, wring[st][i].w};
+                const std::uint32_t q[4] = {wring[st][i].x, wring[st][i].y, wring[st][i].z,
+                                            wring[st][i].w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
-                  for (int r = 0; r < 4; ++r)
-                    a[i][j][r] = q[j] ^ (r == 0 ? sc_lo : sc_hi);
+                  for (int r = 0; r < 4; ++r) a[i][j][r] = q[j] ^ (r == 0 ? sc_lo : sc_hi);
               } else {
                 dequant_word(wring[st][i].x, sc_lo, sc_hi, a[i][0]);
                 dequant_word(wring[st][i].y, sc_lo, sc_hi, a[i][1]);
@@ -423,10 +376,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       }
     }
     cp_async_wait<0>();
-    __syncthreads(); // the ring is free: reuse it for the split-K reduction
+    __syncthreads();  // the ring is free: reuse it for the split-K reduction
 
     if constexpr (Cfg::kWarpsK > 1) {
-      float *red = reinterpret_cast<float *>(ring);
+      float* red = reinterpret_cast<float*>(ring);
       constexpr int kRegs = Cfg::kTilesM * Cfg::kTilesN * 4;
       const int mn = wm * Cfg::kWarpsN + wn;
       if (wk > 0) {
@@ -437,16 +390,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int reg = (i * Cfg::kTilesN + j) * 4 + r;
-              red[(((wk - 1) * Cfg::kWarpsM * Cfg::kWarpsN + mn) * kRegs +
-                   reg) *
-                      32 +
-                  lane] = acc[i][j][r];
+              red[(((wk - 1) * Cfg::kWarpsM * Cfg::kWarpsN + mn) * kRegs + reg) * 32 + lane] =
+                  acc[i][j][r];
             }
       }
       __syncthreads();
       if (wk == 0) {
-        for (int kw = 1; kw < Cfg::kWarpsK;
-             ++kw) { // fixed order: deterministic
+        for (int kw = 1; kw < Cfg::kWarpsK; ++kw) {  // fixed order: deterministic
 #pragma unroll
           for (int i = 0; i < Cfg::kTilesM; ++i)
 #pragma unroll
@@ -455,10 +405,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
               for (int r = 0; r < 4; ++r) {
                 const int reg = (i * Cfg::kTilesN + j) * 4 + r;
                 acc[i][j][r] +=
-                    red[(((kw - 1) * Cfg::kWarpsM * Cfg::kWarpsN + mn) * kRegs +
-                         reg) *
-                            32 +
-                        lane];
+                    red[(((kw - 1) * Cfg::kWarpsM * Cfg::kWarpsN + mn) * kRegs + reg) * 32 + lane];
               }
         }
       }
@@ -466,43 +413,37 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
     if (wk == 0) {
       const float scale = (p.alpha ? p.alpha[e] : 1.0f) * unscale;
-      const float *bias =
-          p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
+      const float* bias = p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
 #pragma unroll
       for (int i = 0; i < Cfg::kTilesM; ++i) {
-        if (!tile_ok[i])
-          continue;
+        if (!tile_ok[i]) continue;
         const int rt = cta_rt * (Cfg::kRows / 16) + wm * Cfg::kTilesM + i;
 #pragma unroll
         for (int j = 0; j < Cfg::kTilesN; ++j) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) { // token column 2t + h
+          for (int h = 0; h < 2; ++h) {  // token column 2t + h
             const int row = row_begin + (wn * Cfg::kTilesN + j) * 8 + 2 * t + h;
-            if (row >= row_end)
-              continue;
+            if (row >= row_end) continue;
             const float rs = p.row_scale ? p.row_scale[row] : 1.0f;
-            __nv_bfloat16 *out = p.out + static_cast<std::int64_t>(row) * p.ldo;
-            const float lo = acc[i][j][h] * scale,
-                        hi = acc[i][j][2 + h] * scale;
+            __nv_bfloat16* out = p.out + static_cast<std::int64_t>(row) * p.ldo;
+            const float lo = acc[i][j][h] * scale, hi = acc[i][j][2 + h] * scale;
             if constexpr (kEpi == 0) {
               const int n0 = rt * 16 + g;
-              out[n0] =
-                  __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
-              out[n0 + 8] =
-                  __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
+              out[n0] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
+              out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
             } else {
               const int col = rt * 8 + g;
               const float gate = lo + (bias ? bias[col] : 0.0f);
               const float up = hi + (bias ? bias[p.n / 2 + col] : 0.0f);
-              out[col] = __float2bfloat16_rn(
-                  gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
+              out[col] =
+                  __float2bfloat16_rn(gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
             }
           }
         }
       }
     }
-    __syncthreads(); // before the next unit reuses the ring
+    __syncthreads();  // before the next unit reuses the ring
   }
 }
 
-} // namespace moekit::gemm::sm90_w4a16
+}  // namespace moekit::gemm::sm90_w4a16

@@ -281,6 +281,8 @@ __global__ void __launch_bounds__(256) absmax_kernel(Loader load, std::int64_t r
 }
 
 // amax[b] -> scale[b] in place: NVFP4 gs = 2688 / amax, or FP8 per-tensor s = amax / 448.
+// (Templates so that several translation units can include this header.)
+template <typename = void>
 __global__ void amax_to_scale_kernel(float* scale, std::int64_t batch, bool nvfp4) {
   const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= batch) return;
@@ -288,6 +290,7 @@ __global__ void amax_to_scale_kernel(float* scale, std::int64_t batch, bool nvfp
 }
 
 // Writes 0 to the padding bytes of swizzled block-scale buffers (rows >= M or columns >= Kb).
+template <typename = void>
 __global__ void zero_scale_padding_kernel(std::uint8_t* scales, std::int64_t batch,
                                           std::int64_t rows, std::int64_t kb, ScaleLayout layout) {
   const std::int64_t mp = scale_padded_rows(layout, rows);

@@ -48,7 +48,7 @@ void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, b
         load, a.rows, a.k, scale);
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
-  amax_to_scale_kernel<<<blocks_for(a.batch), kThreads, 0, stream>>>(scale, a.batch, nvfp4);
+  amax_to_scale_kernel<><<<blocks_for(a.batch), kThreads, 0, stream>>>(scale, a.batch, nvfp4);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -59,7 +59,7 @@ inline void launch_zero_padding(const QuantArgs& a, cudaStream_t stream) {
   if (mp == a.rows && kp == a.kb) return;
   const std::int64_t total = a.batch * mp * kp;
   if (total == 0) return;
-  zero_scale_padding_kernel<<<std::min<unsigned int>(blocks_for(total), 4096), kThreads, 0,
+  zero_scale_padding_kernel<><<<std::min<unsigned int>(blocks_for(total), 4096), kThreads, 0,
                               stream>>>(static_cast<std::uint8_t*>(a.scales), a.batch, a.rows,
                                         a.kb, a.layout);
   MOEKIT_CUDA_CHECK_LAUNCH();

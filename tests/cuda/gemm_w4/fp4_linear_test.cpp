@@ -1,5 +1,7 @@
 // The SM90 dense FP4 linear (W4A16) against the host reference. Bound 4e-3 relative L2: same
 // argument as the grouped GEMM test (exact bf16 weights, fp32 accumulation, bf16 output rounding).
+#include "moekit/linear/fp4_linear.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -12,13 +14,13 @@
 
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/linear/fp4_linear.hpp"
 
 namespace moekit::linear {
 namespace {
 
 std::uint32_t test_seed() {
-  if (const char* s = std::getenv("MOEKIT_TEST_SEED")) return static_cast<std::uint32_t>(std::stoul(s));
+  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
+    return static_cast<std::uint32_t>(std::stoul(s));
   return std::random_device{}();
 }
 
@@ -62,8 +64,8 @@ TEST(Fp4LinearSm90, MatchesReference) {
         for (auto& s : scales)
           s = static_cast<std::uint8_t>(format == W4Format::kNVFP4 ? 0x20 + rng() % 0x30
                                                                    : 118 + rng() % 10);
-        gemm::w4a16_shuffle_weights(format, 1, n, k, false, codes.data(), scales.data(),
-                                    sc.data(), ss.data());
+        gemm::w4a16_shuffle_weights(format, 1, n, k, false, codes.data(), scales.data(), sc.data(),
+                                    ss.data());
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<std::uint16_t> x(std::max<std::int64_t>(m, 1) * k);
         std::vector<float> xf(x.size()), bias(n), ref(m * n);
@@ -97,7 +99,8 @@ TEST(Fp4LinearSm90, MatchesReference) {
         fp4_linear(args);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         std::vector<std::uint16_t> out((m + 1) * n);
-        ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
         double num = 0, den = 0;
         int nan = 0;
         for (std::int64_t i = 0; i < m * n; ++i) {

@@ -28,7 +28,7 @@ namespace {
 using u8 = std::uint8_t;
 
 std::uint32_t test_seed() {
-  if (const char *s = std::getenv("MOEKIT_TEST_SEED"))
+  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
     return static_cast<std::uint32_t>(std::stoul(s));
   return std::random_device{}();
 }
@@ -39,7 +39,7 @@ float bf16_to_float(std::uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-std::uint16_t float_to_bf16(float f) { // RN-even, finite inputs
+std::uint16_t float_to_bf16(float f) {  // RN-even, finite inputs
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   u += 0x7FFF + ((u >> 16) & 1);
@@ -52,39 +52,35 @@ double e2m1_value(int code) {
 }
 double e4m3_value(int b) {
   const int e = (b >> 3) & 0xF, m = b & 7;
-  const double v =
-      e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
   return (b & 0x80) ? -v : v;
 }
 double scale_value(W4Format f, int b) {
   return f == W4Format::kNVFP4 ? e4m3_value(b) : std::ldexp(1.0, b - 127);
 }
 
-template <typename T> struct DeviceArray {
-  T *ptr = nullptr;
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
   std::size_t count = 0;
   explicit DeviceArray(std::size_t n) : count(n) {
     if (n) {
-      void *raw = nullptr;
+      void* raw = nullptr;
       EXPECT_EQ(cudaMalloc(&raw, n * sizeof(T)), cudaSuccess);
-      ptr = static_cast<T *>(raw);
+      ptr = static_cast<T*>(raw);
     }
   }
-  DeviceArray(const std::vector<T> &h) : DeviceArray(h.size()) { upload(h); }
+  DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
   ~DeviceArray() { cudaFree(ptr); }
-  void upload(const std::vector<T> &h) {
+  void upload(const std::vector<T>& h) {
     if (count) {
-      EXPECT_EQ(
-          cudaMemcpy(ptr, h.data(), count * sizeof(T), cudaMemcpyHostToDevice),
-          cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(ptr, h.data(), count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
     }
   }
   std::vector<T> download() const {
     std::vector<T> h(count);
     if (count) {
-      EXPECT_EQ(
-          cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost),
-          cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     }
     return h;
   }
@@ -96,33 +92,28 @@ struct W4Weights {
   int e;
   std::int64_t n, k;
   std::vector<u8> codes, scales, shuffled_codes, shuffled_scales;
-  std::vector<float> alpha; // [E] decode global scale (1 for MXFP4)
+  std::vector<float> alpha;  // [E] decode global scale (1 for MXFP4)
   double deq(int ex, std::int64_t row, std::int64_t kk) const {
-    const int code =
-        (codes[(ex * n + row) * (k / 2) + kk / 2] >> ((kk % 2) * 4)) & 0xF;
+    const int code = (codes[(ex * n + row) * (k / 2) + kk / 2] >> ((kk % 2) * 4)) & 0xF;
     const int sfv = w4_scale_block(format);
     const int sb = scales[(ex * n + row) * (k / sfv) + kk / sfv];
     return e2m1_value(code) * scale_value(format, sb) * alpha[ex];
   }
 };
 
-W4Weights random_weights(std::mt19937 &rng, W4Format f, int e, std::int64_t n,
-                         std::int64_t k, bool gated) {
+W4Weights random_weights(std::mt19937& rng, W4Format f, int e, std::int64_t n, std::int64_t k,
+                         bool gated) {
   W4Weights w{f, e, n, k, {}, {}, {}, {}, {}};
   const int sfv = w4_scale_block(f);
   w.codes.resize(e * n * k / 2);
   w.scales.resize(e * n * k / sfv);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (auto &c : w.codes)
-    c = static_cast<u8>(byte(rng));
-  std::uniform_int_distribution<int> nv_sf(0x18, 0x50), mx_sf(115, 130),
-      rare(0, 63);
-  for (auto &s : w.scales) {
+  for (auto& c : w.codes) c = static_cast<u8>(byte(rng));
+  std::uniform_int_distribution<int> nv_sf(0x18, 0x50), mx_sf(115, 130), rare(0, 63);
+  for (auto& s : w.scales) {
     if (f == W4Format::kNVFP4) {
       const int r = rare(rng);
-      s = static_cast<u8>(r == 0   ? 0
-                          : r == 1 ? 1 + byte(rng) % 7
-                                   : nv_sf(rng)); // zero, subnormal
+      s = static_cast<u8>(r == 0 ? 0 : r == 1 ? 1 + byte(rng) % 7 : nv_sf(rng));  // zero, subnormal
     } else {
       s = static_cast<u8>(mx_sf(rng));
     }
@@ -132,8 +123,8 @@ W4Weights random_weights(std::mt19937 &rng, W4Format f, int e, std::int64_t n,
     w.alpha.push_back(f == W4Format::kNVFP4 ? 1.0f / (gs(rng) * 64.0f) : 1.0f);
   w.shuffled_codes.resize(w.codes.size());
   w.shuffled_scales.resize(w.scales.size());
-  w4a16_shuffle_weights(f, e, n, k, gated, w.codes.data(), w.scales.data(),
-                        w.shuffled_codes.data(), w.shuffled_scales.data());
+  w4a16_shuffle_weights(f, e, n, k, gated, w.codes.data(), w.scales.data(), w.shuffled_codes.data(),
+                        w.shuffled_scales.data());
   return w;
 }
 
@@ -147,11 +138,10 @@ TEST(W4A16Shuffle, RoundTripIsIdentity) {
       const W4Weights w = random_weights(rng, f, 3, 48, 192, gated);
       std::vector<u8> codes(w.codes.size()), scales(w.scales.size());
       w4a16_unshuffle_weights(f, 3, 48, 192, gated, w.shuffled_codes.data(),
-                              w.shuffled_scales.data(), codes.data(),
-                              scales.data());
+                              w.shuffled_scales.data(), codes.data(), scales.data());
       EXPECT_EQ(codes, w.codes);
       EXPECT_EQ(scales, w.scales);
-      EXPECT_NE(w.shuffled_codes, w.codes); // it does move bytes
+      EXPECT_NE(w.shuffled_codes, w.codes);  // it does move bytes
     }
   }
 }
@@ -160,17 +150,17 @@ TEST(W4A16Shuffle, RejectsBadShapes) {
   MOEKIT_REQUIRE_GPU();
   std::vector<u8> buf(4096);
   try {
-    w4a16_shuffle_weights(W4Format::kNVFP4, 1, 24, 64, false, buf.data(),
-                          buf.data(), buf.data(), buf.data());
+    w4a16_shuffle_weights(W4Format::kNVFP4, 1, 24, 64, false, buf.data(), buf.data(), buf.data(),
+                          buf.data());
     FAIL() << "expected moekit::Error";
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("n:"), std::string::npos) << e.what();
   }
   try {
-    w4a16_shuffle_weights(W4Format::kNVFP4, 1, 16, 96, false, buf.data(),
-                          buf.data(), buf.data(), buf.data());
+    w4a16_shuffle_weights(W4Format::kNVFP4, 1, 16, 96, false, buf.data(), buf.data(), buf.data(),
+                          buf.data());
     FAIL() << "expected moekit::Error";
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("k:"), std::string::npos) << e.what();
   }
 }
@@ -187,18 +177,15 @@ struct Case {
   bool row_scale;
 };
 
-void run_case(const Case &c, std::uint32_t seed) {
-  SCOPED_TRACE("seed " + std::to_string(seed) + " format " +
-               w4_format_name(c.format) + " epi " +
-               std::to_string(static_cast<int>(c.epi)) + " m " +
-               std::to_string(c.m) + " routing " +
-               std::to_string(static_cast<int>(c.routing)) + " gather " +
-               std::to_string(c.gather));
+void run_case(const Case& c, std::uint32_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + " format " + w4_format_name(c.format) + " epi " +
+               std::to_string(static_cast<int>(c.epi)) + " m " + std::to_string(c.m) + " routing " +
+               std::to_string(static_cast<int>(c.routing)) + " gather " + std::to_string(c.gather));
   std::mt19937 rng(seed);
   const int e = 6;
   const bool gated = c.epi != W4Epilogue::kNone;
   const std::int64_t n = gated ? 2 * 56 : 80,
-                     k = 320; // K tail for 4-way split, partial CTA rows
+                     k = 320;  // K tail for 4-way split, partial CTA rows
   const std::int64_t width = gated ? n / 2 : n;
   const W4Weights w = random_weights(rng, c.format, e, n, k, gated);
 
@@ -207,33 +194,25 @@ void run_case(const Case &c, std::uint32_t seed) {
   std::uniform_int_distribution<int> pick(0, e - 1);
   for (int r = 0; r < c.m; ++r) {
     int x = pick(rng);
-    if (c.routing == Routing::kOneExpert)
-      x = 4;
-    if (c.routing == Routing::kSkipEven)
-      x = 2 * (x / 2) + 1;
+    if (c.routing == Routing::kOneExpert) x = 4;
+    if (c.routing == Routing::kSkipEven) x = 2 * (x / 2) + 1;
     expert_of[r] = x;
   }
   std::sort(expert_of.begin(), expert_of.end());
   std::vector<std::int32_t> offsets(e + 1, 0);
-  for (int r = 0; r < c.m; ++r)
-    offsets[expert_of[r] + 1]++;
-  for (int i = 0; i < e; ++i)
-    offsets[i + 1] += offsets[i];
+  for (int r = 0; r < c.m; ++r) offsets[expert_of[r] + 1]++;
+  for (int i = 0; i < e; ++i) offsets[i + 1] += offsets[i];
 
   const int a_rows = std::max(1, c.gather ? c.m / 2 + 1 : c.m);
   std::vector<std::uint16_t> a(a_rows * k);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto &v : a)
-    v = float_to_bf16(normal(rng));
+  for (auto& v : a) v = float_to_bf16(normal(rng));
   std::vector<std::int32_t> row_index(std::max(1, c.m));
   std::uniform_int_distribution<int> src(0, a_rows - 1);
-  for (int r = 0; r < c.m; ++r)
-    row_index[r] = c.gather ? src(rng) : r;
+  for (int r = 0; r < c.m; ++r) row_index[r] = c.gather ? src(rng) : r;
   std::vector<float> bias(e * n), row_scale(std::max(1, c.m));
-  for (auto &v : bias)
-    v = normal(rng);
-  for (auto &v : row_scale)
-    v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  for (auto& v : bias) v = normal(rng);
+  for (auto& v : row_scale) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
 
   // float64 reference
   const double limit = 7.0, salpha = 1.702;
@@ -241,15 +220,13 @@ void run_case(const Case &c, std::uint32_t seed) {
   std::vector<double> col(n), wdeq(static_cast<std::size_t>(e) * n * k);
   for (int x = 0; x < e; ++x)
     for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t kk = 0; kk < k; ++kk)
-        wdeq[(x * n + j) * k + kk] = w.deq(x, j, kk);
+      for (std::int64_t kk = 0; kk < k; ++kk) wdeq[(x * n + j) * k + kk] = w.deq(x, j, kk);
   for (int r = 0; r < c.m; ++r) {
     const int x = expert_of[r];
     for (std::int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (std::int64_t kk = 0; kk < k; ++kk)
-        s += wdeq[(x * n + j) * k + kk] *
-             bf16_to_float(a[row_index[r] * k + kk]);
+        s += wdeq[(x * n + j) * k + kk] * bf16_to_float(a[row_index[r] * k + kk]);
       col[j] = s + (c.bias ? bias[x * n + j] : 0.0);
     }
     for (std::int64_t j = 0; j < width; ++j) {
@@ -269,17 +246,14 @@ void run_case(const Case &c, std::uint32_t seed) {
   DeviceArray<std::uint16_t> d_a(a);
   DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
   DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
-  const int extra_rows = 3; // must stay poisoned
+  const int extra_rows = 3;  // must stay poisoned
   DeviceArray<std::uint16_t> d_out((c.m + extra_rows) * width);
 
   for (int variant = 0; variant < 8; ++variant) {
-    const W4Tile tile =
-        std::array<W4Tile, 4>{W4Tile::kDecode8, W4Tile::kDecode16,
-                              W4Tile::kMid32, W4Tile::kLarge}[variant % 4];
-    const int max_ctas =
-        variant < 4 ? 0 : 3; // 3: many units per CTA (ring across units)
-    SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " +
-                 std::to_string(max_ctas));
+    const W4Tile tile = std::array<W4Tile, 4>{W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32,
+                                              W4Tile::kLarge}[variant % 4];
+    const int max_ctas = variant < 4 ? 0 : 3;  // 3: many units per CTA (ring across units)
+    SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas));
     W4A16GemmArgs args;
     args.format = c.format;
     args.epilogue = c.epi;
@@ -301,7 +275,7 @@ void run_case(const Case &c, std::uint32_t seed) {
     std::vector<std::uint16_t> first;
     for (int rep = 0; rep < 2; ++rep) {
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2),
-                cudaSuccess); // NaN poison
+                cudaSuccess);  // NaN poison
       w4a16_grouped_gemm(args);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<std::uint16_t> out = d_out.download();
@@ -344,19 +318,13 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
     for (int m : {0, 1, 3, 64, 129, 1024}) {
-      cases.push_back(
-          {f, W4Epilogue::kNone, m, Routing::kUniform, false, false, false});
-      cases.push_back({f, W4Epilogue::kSiluAndMul, m, Routing::kUniform, true,
-                       false, false});
+      cases.push_back({f, W4Epilogue::kNone, m, Routing::kUniform, false, false, false});
+      cases.push_back({f, W4Epilogue::kSiluAndMul, m, Routing::kUniform, true, false, false});
     }
-    cases.push_back(
-        {f, W4Epilogue::kSwigluOai, 129, Routing::kUniform, true, true, false});
-    cases.push_back(
-        {f, W4Epilogue::kNone, 200, Routing::kOneExpert, true, true, true});
-    cases.push_back({f, W4Epilogue::kSiluAndMul, 77, Routing::kSkipEven, false,
-                     true, true});
-    cases.push_back(
-        {f, W4Epilogue::kSwigluOai, 3, Routing::kOneExpert, false, true, true});
+    cases.push_back({f, W4Epilogue::kSwigluOai, 129, Routing::kUniform, true, true, false});
+    cases.push_back({f, W4Epilogue::kNone, 200, Routing::kOneExpert, true, true, true});
+    cases.push_back({f, W4Epilogue::kSiluAndMul, 77, Routing::kSkipEven, false, true, true});
+    cases.push_back({f, W4Epilogue::kSwigluOai, 3, Routing::kOneExpert, false, true, true});
   }
   return cases;
 }
@@ -374,24 +342,18 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     std::vector<u8> codes(n * k / 2), scales(n * k / sfv);
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t kk = 0; kk < k; ++kk)
-        codes[r * k / 2 + kk / 2] |=
-            static_cast<u8>(((kk + r) % 16) << ((kk % 2) * 4));
+        codes[r * k / 2 + kk / 2] |= static_cast<u8>(((kk + r) % 16) << ((kk % 2) * 4));
     for (std::size_t i = 0; i < scales.size(); ++i) {
       int b = static_cast<int>(i % 256);
-      if (f == W4Format::kNVFP4 && (b & 0x7F) == 0x7F)
-        b = 0; // NaN scales
-      if (f == W4Format::kMXFP4)
-        b = 66 + static_cast<int>(i % 127); // [2^-61, 2^65]
+      if (f == W4Format::kNVFP4 && (b & 0x7F) == 0x7F) b = 0;         // NaN scales
+      if (f == W4Format::kMXFP4) b = 66 + static_cast<int>(i % 127);  // [2^-61, 2^65]
       scales[i] = static_cast<u8>(b);
     }
     std::vector<u8> sc(codes.size()), ss(scales.size());
-    w4a16_shuffle_weights(f, 1, n, k, false, codes.data(), scales.data(),
-                          sc.data(), ss.data());
+    w4a16_shuffle_weights(f, 1, n, k, false, codes.data(), scales.data(), sc.data(), ss.data());
     std::vector<std::uint16_t> a(k * k, 0);
-    for (std::int64_t i = 0; i < k; ++i)
-      a[i * k + i] = 0x3F80; // 1.0
-    DeviceArray<std::int32_t> d_offsets(
-        std::vector<std::int32_t>{0, static_cast<int>(k)});
+    for (std::int64_t i = 0; i < k; ++i) a[i * k + i] = 0x3F80;  // 1.0
+    DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, static_cast<int>(k)});
     DeviceArray<std::uint16_t> d_a(a), d_out(k * n);
     DeviceArray<u8> d_w(sc), d_s(ss);
     W4A16GemmArgs args;
@@ -412,14 +374,12 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     for (std::int64_t t = 0; t < k; ++t) {
       for (std::int64_t r = 0; r < n; ++r) {
         const int code = static_cast<int>((t + r) % 16);
-        const double expect =
-            e2m1_value(code) * scale_value(f, scales[r * (k / sfv) + t / sfv]);
+        const double expect = e2m1_value(code) * scale_value(f, scales[r * (k / sfv) + t / sfv]);
         const float got = bf16_to_float(out[t * n + r]);
         if (got != static_cast<float>(expect) && bad++ < 5)
-          ADD_FAILURE() << "row " << r << " k " << t << " code " << code
-                        << " scale byte "
-                        << int(scales[r * (k / sfv) + t / sfv]) << ": got "
-                        << got << " want " << expect;
+          ADD_FAILURE() << "row " << r << " k " << t << " code " << code << " scale byte "
+                        << int(scales[r * (k / sfv) + t / sfv]) << ": got " << got << " want "
+                        << expect;
       }
     }
     EXPECT_EQ(bad, 0);
@@ -436,28 +396,25 @@ TEST(W4A16Gemm, ValidationNamesTheArgument) {
   try {
     w4a16_grouped_gemm(args);
     FAIL() << "expected moekit::Error";
-  } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("k: expected"), std::string::npos)
-        << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k: expected"), std::string::npos) << e.what();
   }
   args.k = 64;
   args.n = 20;
   try {
     w4a16_grouped_gemm(args);
     FAIL() << "expected moekit::Error";
-  } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("n: expected"), std::string::npos)
-        << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n: expected"), std::string::npos) << e.what();
   }
   args.n = 16;
   try {
-    w4a16_grouped_gemm(args); // null pointers
+    w4a16_grouped_gemm(args);  // null pointers
     FAIL() << "expected moekit::Error";
-  } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("expert_offsets"), std::string::npos)
-        << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert_offsets"), std::string::npos) << e.what();
   }
 }
 
-} // namespace
-} // namespace moekit::gemm
+}  // namespace
+}  // namespace moekit::gemm
