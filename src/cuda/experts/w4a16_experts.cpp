@@ -1,0 +1,259 @@
+// W4A16Experts: supports / workspace_shapes / prepare_weights / apply (see w4a16_experts.hpp).
+#include "cuda/experts/w4a16_experts.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device_runtime.hpp"
+#include "cuda/experts/bf16_experts.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/gemm/w4a16.hpp"
+
+namespace moekit::cuda {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
+
+// Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
+struct Layout13 {
+  std::size_t offsets, sorted_ids, permuted_row, a, out2, total;
+};
+Layout13 layout13(int e, std::int64_t rows, std::int64_t h) {
+  const std::size_t r = static_cast<std::size_t>(rows), hh = static_cast<std::size_t>(h);
+  Layout13 l{};
+  std::size_t p = 0;
+  l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
+  l.sorted_ids = p, p += up(r * 4);
+  l.permuted_row = p, p += up(r * 4);
+  l.a = p, p += up(r * hh * 2);
+  l.out2 = p, p += up(r * hh * 2);
+  l.total = p;
+  return l;
+}
+
+gemm::W4Format format_of(QuantScheme s) {
+  return s == QuantScheme::kNVFP4 ? gemm::W4Format::kNVFP4 : gemm::W4Format::kMXFP4;
+}
+
+Tensor to_host(const Tensor& t) {
+  if (t.device().is_host()) return Tensor();  // caller uses t directly
+  Tensor h(t.dtype(), t.shape(), Device::host());
+  copy(h, t);
+  return h;
+}
+
+class W4A16Experts : public ModularExperts {
+ public:
+  explicit W4A16Experts(const MoeProblem& problem) : problem_(problem) {}
+  std::string name() const override { return "cuda_w4a16_grouped"; }
+  ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
+  Device device() const override { return Device::cuda(0); }
+  ReducePolicy reduce_policy() const override { return ReducePolicy::kAlreadyReduced; }
+
+  Support supports(const MoeProblem& p) const override {
+    if (!gemm::w4a16_available()) return Support::no(name() + ": built without CUDA");
+    try {
+      if (device_runtime::device_count() == 0) return Support::no(name() + ": no CUDA device");
+      const auto info = device_runtime::device_info(0);
+      if (info.sm_major != 9)
+        return Support::no(name() + ": needs SM90, device is sm_" +
+                           std::to_string(info.sm_major * 10 + info.sm_minor));
+    } catch (const std::exception& e) {
+      return Support::no(name() + ": device query failed: " + e.what());
+    }
+    const QuantScheme w = p.weight_quant.scheme;
+    if (w != QuantScheme::kNVFP4 && w != QuantScheme::kMXFP4)
+      return Support::no(name() + ": weight quant must be nvfp4 or mxfp4, got " +
+                         std::string(scheme_name(w)));
+    if (p.weight_quant.layout != ScaleLayout::kLinear)
+      return Support::no(name() + ": weight block scales must be linear, got " +
+                         std::string(layout_name(p.weight_quant.layout)));
+    if (p.activation_quant.scheme != QuantScheme::kBF16)
+      return Support::no(name() + ": activation quant must be bf16 (W4A16), got " +
+                         std::string(scheme_name(p.activation_quant.scheme)));
+    if (p.activation_dtype != DType::kBF16)
+      return Support::no(name() + ": activation dtype must be bf16");
+    const Activation act = p.layer.activation.kind;
+    if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
+        p.layer.activation.layout != GateUpLayout::kHalves)
+      return Support::no(name() + ": only silu / swiglu_oai with gate/up halves, got " +
+                         p.layer.activation.str());
+    if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() ||
+        p.parallel.low_latency_dispatch)
+      return Support::no(name() + ": single-rank standard format only (no expert map)");
+    const int e = p.layer.num_experts;
+    if (e < 1 || e > detail::kMaxPermuteExperts)
+      return Support::no(name() + ": experts must be in [1, " +
+                         std::to_string(detail::kMaxPermuteExperts) + "], got " +
+                         std::to_string(e));
+    if (p.layer.hidden_size % 64 != 0 || p.layer.intermediate_size % 64 != 0)
+      return Support::no(name() + ": hidden and intermediate sizes must be multiples of 64, got " +
+                         std::to_string(p.layer.hidden_size) + " and " +
+                         std::to_string(p.layer.intermediate_size));
+    if (p.num_tokens * p.layer.routing.top_k >= (std::int64_t{1} << 31))
+      return Support::no(name() + ": tokens * top_k must be below 2^31");
+    return Support::yes();
+  }
+
+  WorkspaceShapes workspace_shapes(const MoeProblem& p) const override {
+    const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
+    WorkspaceShapes w;
+    w.workspace13 = {DType::kU8,
+                     Shape{static_cast<std::int64_t>(
+                         layout13(p.layer.num_experts, rows, p.layer.hidden_size).total)}};
+    w.workspace2 = {DType::kBF16, Shape{rows, p.layer.intermediate_size}};
+    w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
+    return w;
+  }
+
+  void prepare_weights(const MoeProblem& p, const MoeWeights& w, StreamHandle) override {
+    problem_ = p;
+    const std::int64_t e = p.layer.num_experts, h = p.layer.hidden_size,
+                       i = p.layer.intermediate_size;
+    const gemm::W4Format f = format_of(p.weight_quant.scheme);
+    const std::int64_t sfv = gemm::w4_scale_block(f);
+    const DType sdt = f == gemm::W4Format::kNVFP4 ? DType::kE4M3 : DType::kE8M0;
+    MOEKIT_CHECK_ARG(w.quant.scheme == p.weight_quant.scheme, "weights.quant",
+                     scheme_name(p.weight_quant.scheme), scheme_name(w.quant.scheme));
+    MOEKIT_CHECK_ARG(w.quant.layout == ScaleLayout::kLinear, "weights.quant.layout", "linear",
+                     layout_name(w.quant.layout));
+    auto prepare = [&](const QuantizedTensor& q, std::int64_t n, std::int64_t k, bool gated,
+                       const char* what, Matrix& out) {
+      const Shape vs{e, n, k / 2}, ss{e, n, k / sfv};
+      MOEKIT_CHECK_ARG(q.values.dtype() == DType::kE2M1x2 && q.values.shape() == vs,
+                       std::string("weights.") + what + ".values", "e2m1x2" + vs.str(),
+                       q.values.view().str());
+      MOEKIT_CHECK_ARG(q.scales.dtype() == sdt && q.scales.shape() == ss,
+                       std::string("weights.") + what + ".scales",
+                       std::string(dtype_name(sdt)) + ss.str(), q.scales.view().str());
+      const Tensor hv = to_host(q.values), hs = to_host(q.scales);
+      const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
+      const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
+      Tensor sc(DType::kU8, Shape{e * n * k / 2}), ssh(DType::kU8, Shape{e * n * k / sfv});
+      gemm::w4a16_shuffle_weights(f, e, n, k, gated, codes, scales, sc.ptr<std::uint8_t>(),
+                                  ssh.ptr<std::uint8_t>());
+      out.codes = Tensor(DType::kU8, sc.shape(), Device::cuda(0));
+      out.scales = Tensor(DType::kU8, ssh.shape(), Device::cuda(0));
+      copy(out.codes, sc);
+      copy(out.scales, ssh);
+      if (f == gemm::W4Format::kNVFP4) {
+        MOEKIT_CHECK_ARG(q.global_scale.dtype() == DType::kF32 && q.global_scale.numel() == e,
+                         std::string("weights.") + what + ".global_scale", "f32 [E]",
+                         q.global_scale.view().str());
+        const Tensor hg = to_host(q.global_scale);
+        const float* gs = (hg.defined() ? hg : q.global_scale).ptr<float>();
+        Tensor alpha(DType::kF32, Shape{e});
+        for (std::int64_t x = 0; x < e; ++x) alpha.ptr<float>()[x] = 1.0f / gs[x];
+        out.alpha = Tensor(DType::kF32, Shape{e}, Device::cuda(0));
+        copy(out.alpha, alpha);
+      }
+    };
+    prepare(w.w13, 2 * i, h, true, "w13", w13_);
+    prepare(w.w2, h, i, false, "w2", w2_);
+    auto bias = [&](const Tensor& b, std::int64_t n, const char* what, Tensor& out) {
+      out = Tensor();
+      if (!p.layer.has_bias) return;
+      MOEKIT_CHECK_ARG(b.dtype() == DType::kF32 && b.numel() == e * n, what,
+                       "f32 [E, " + std::to_string(n) + "]", b.view().str());
+      out = Tensor(DType::kF32, Shape{e, n}, Device::cuda(0));
+      copy(out, b);
+    };
+    bias(w.w13_bias, 2 * i, "weights.w13_bias", w13_bias_);
+    bias(w.w2_bias, h, "weights.w2_bias", w2_bias_);
+    prepared_ = true;
+  }
+
+  void apply(const DispatchedActivations& in, const TensorView& output,
+             const TensorView& workspace13, const TensorView& workspace2,
+             StreamHandle stream) override {
+    MOEKIT_CHECK(prepared_, name(), ": apply() before prepare_weights()");
+    const MoeProblem& p = problem_;
+    const int e = p.layer.num_experts, k = p.layer.routing.top_k;
+    const std::int64_t h = p.layer.hidden_size, i = p.layer.intermediate_size;
+    const std::int64_t m = in.num_tokens, rows = m * k;
+    MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
+                     activation_format_name(in.format));
+    MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
+                     ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+    MOEKIT_CHECK_ARG(in.a1q.values.dtype == DType::kBF16 && in.a1q.values.numel() >= m * h,
+                     "in.a1q.values", "bf16 [M, H]", in.a1q.values.str());
+    MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows,
+                     "in.topk_ids", "i32 [M, k]", in.topk_ids.str());
+    MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
+                     "bf16 [M, H]", output.str());
+    const Layout13 l = layout13(e, rows, h);
+    MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
+                     ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
+    MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * i) * 2, "workspace2",
+                     "bf16 [M*k, I]", workspace2.str());
+    if (m == 0) return;
+
+    auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
+    auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
+    auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
+    detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
+                              prow, stream);
+    // The GEMM could gather itself (row_index) if it divided sorted ids by k; one pass for now.
+    detail::gather_rows(in.a1q.values.data, h * 2, sorted, k, rows, offsets + e,
+                        at(workspace13, l.a), stream);
+
+    const gemm::W4Format f = format_of(p.weight_quant.scheme);
+    gemm::W4A16GemmArgs g1;
+    g1.format = f;
+    g1.epilogue = p.layer.activation.kind == Activation::kSwigluOai ? gemm::W4Epilogue::kSwigluOai
+                                                                     : gemm::W4Epilogue::kSiluAndMul;
+    g1.swiglu_alpha = p.layer.activation.swiglu_alpha;
+    g1.swiglu_limit = p.layer.activation.swiglu_limit;
+    g1.num_experts = e;
+    g1.m = rows;
+    g1.n = 2 * i;
+    g1.k = h;
+    g1.expert_offsets = offsets;
+    g1.a = at(workspace13, l.a);
+    g1.w = w13_.codes.ptr<std::uint8_t>();
+    g1.w_scales = w13_.scales.ptr<std::uint8_t>();
+    g1.alpha = w13_.alpha.defined() ? w13_.alpha.ptr<float>() : nullptr;
+    g1.bias = w13_bias_.defined() ? w13_bias_.ptr<float>() : nullptr;
+    g1.out = workspace2.data;
+    g1.stream = stream;
+    gemm::w4a16_grouped_gemm(g1);
+
+    gemm::W4A16GemmArgs g2 = g1;
+    g2.epilogue = gemm::W4Epilogue::kNone;
+    g2.n = h;
+    g2.k = i;
+    g2.a = workspace2.data;
+    g2.w = w2_.codes.ptr<std::uint8_t>();
+    g2.w_scales = w2_.scales.ptr<std::uint8_t>();
+    g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;
+    g2.bias = w2_bias_.defined() ? w2_bias_.ptr<float>() : nullptr;
+    g2.out = at(workspace13, l.out2);
+    gemm::w4a16_grouped_gemm(g2);
+
+    // Llama4 applies the router weight on the input: the prepare already folded it in.
+    const bool weights_on_input = p.apply_router_weight_on_input();
+    detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
+                                 weights_on_input ? nullptr : in.topk_weights.ptr<const float>(),
+                                 m, k, h, output.data, stream);
+  }
+
+ private:
+  struct Matrix {
+    Tensor codes, scales, alpha;  // device: shuffled codes, shuffled scales, f32 [E] (NVFP4)
+  };
+  MoeProblem problem_;
+  Matrix w13_, w2_;
+  Tensor w13_bias_, w2_bias_;
+  bool prepared_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ModularExperts> make_w4a16_grouped_experts(const MoeProblem& problem) {
+  return std::make_unique<W4A16Experts>(problem);
+}
+
+}  // namespace moekit::cuda
