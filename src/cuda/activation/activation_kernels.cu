@@ -27,7 +27,8 @@ struct ActParams {
   Activation kind = Activation::kSiluAndMul;
   bool interleaved = false;
   double alpha = 1.702, limit = 7.0;
-  double tanh_c = 0.0;  // sqrt(2/pi), computed on the host exactly as the reference does
+  double tanh_c = 0.0;     // sqrt(2/pi), computed on the host exactly as the reference does
+  double inv_sqrt2 = 0.0;  // 1 / sqrt(2), likewise
 };
 
 // activation_scalar() of activation.hpp, operation by operation (RN, never contracted).
@@ -36,8 +37,7 @@ __device__ __forceinline__ double act_scalar(const ActParams& p, double g, doubl
     case Activation::kSiluAndMul:
       return __dmul_rn(__ddiv_rn(g, __dadd_rn(1.0, exp(-g))), u);
     case Activation::kGeluErfAndMul: {
-      constexpr double kInvSqrt2 = 1.0 / std::numbers::sqrt2;
-      const double e = erf(__dmul_rn(g, kInvSqrt2));
+      const double e = erf(__dmul_rn(g, p.inv_sqrt2));
       return __dmul_rn(__dmul_rn(__dmul_rn(0.5, g), __dadd_rn(1.0, e)), u);
     }
     case Activation::kGeluTanhAndMul: {
@@ -137,6 +137,7 @@ Problem check_and_describe(const TensorView& in, const ActivationConfig& config)
   pr.p.alpha = config.swiglu_alpha;
   pr.p.limit = config.swiglu_limit;
   pr.p.tanh_c = std::sqrt(2.0 / std::numbers::pi);
+  pr.p.inv_sqrt2 = 1.0 / std::numbers::sqrt2;
   pr.vec = pr.inter % kChunk == 0 && reinterpret_cast<std::uintptr_t>(in.data) % 16 == 0;
   return pr;
 }

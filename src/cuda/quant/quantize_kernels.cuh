@@ -132,41 +132,46 @@ struct RowLoader {
   }
 };
 
-// One thread per chunk over [B*M, padded_chunks]. The scale (kNvfp4's gs, kFp8Scaled's s) comes
-// from a.scale_in per matrix or per row. `load` produces the fp32 values of a chunk (the input
-// itself, or an activation of GEMM1's output for the fused activation + quantize op). kVec: the
-// row length is a multiple of 8 (whole-chunk vector stores).
+// Threads per CTA of the chunk kernels (a multiple of every group size; 7168 / 8 = 7 x 128).
+constexpr int kChunkThreads = 128;
+
+// One thread per chunk: blockIdx.x * 128 + threadIdx.x is the chunk within a row (of
+// padded_chunks), blockIdx.y strides over the B*M rows, so no per-thread 64-bit division is
+// needed. The scale (kNvfp4's gs, kFp8Scaled's s) comes from a.scale_in per matrix or per row.
+// `load` produces the fp32 values of a chunk (the input itself, or an activation of GEMM1's
+// output for the fused activation + quantize op). kVec: the row length is a multiple of 8
+// (whole-chunk vector stores).
 template <typename Loader, Kind kKind, bool kVec>
-__global__ void __launch_bounds__(256) quantize_chunks_kernel(QuantArgs a, Loader load) {
+__global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArgs a, Loader load) {
   constexpr int kLanes = lanes_per_group<kKind>();
   const std::int64_t per_row = padded_chunks<kKind>(a.k);
-  const std::int64_t total = a.batch * a.rows * per_row;
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Whole groups are in or out of range (total is a multiple of kLanes), so shuffles among the
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t col = c * kChunk;
+  // Whole groups are in or out of a row (per_row is a multiple of kLanes), so shuffles among the
   // lanes of a group only see live lanes; lanes past the end still take part in them.
-  const bool in_range = i < total;
-  const std::int64_t grow = in_range ? i / per_row : 0;
-  const std::int64_t col = (in_range ? i % per_row : 0) * kChunk;
-  const bool active = in_range && col < a.k;
-  float v[kChunk];
-  if (active) {
-    load(grow, col, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) v[j] = 0.0f;
-  }
-  float gmax = 0.0f;
-  if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v));
-  else if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8)
-    gmax = chunk_absmax(v);
-  if (!active) return;
-  const std::int64_t b = grow / a.rows;
-  const std::int64_t r = grow % a.rows;
-  float param = 0.0f;
-  if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled)
-    param = a.scale_in[a.scale_per_row ? grow : b];
+  const bool active = c < per_row && col < a.k;
   const bool lead = (threadIdx.x % kLanes) == 0;
-  encode_chunk<kKind, kVec>(a, v, gmax, param, b, r, col, lead);
+  const std::int64_t total_rows = a.batch * a.rows;
+  for (std::int64_t grow = blockIdx.y; grow < total_rows; grow += gridDim.y) {
+    float v[kChunk];
+    if (active) {
+      load(grow, col, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) v[j] = 0.0f;
+    }
+    float gmax = 0.0f;
+    if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v));
+    else if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8)
+      gmax = chunk_absmax(v);
+    if (!active) continue;
+    const std::int64_t b = a.batch == 1 ? 0 : grow / a.rows;
+    const std::int64_t r = a.batch == 1 ? grow : grow % a.rows;
+    float param = 0.0f;
+    if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled)
+      param = a.scale_in[a.scale_per_row ? grow : b];
+    encode_chunk<kKind, kVec>(a, v, gmax, param, b, r, col, lead);
+  }
 }
 
 // Per-row schemes: one CTA per row of [B*M, K]. Pass 1: row absmax -> row scale (written to
@@ -261,23 +266,25 @@ __global__ void __launch_bounds__(256) quantize_tiles_kernel(QuantArgs a) {
   }
 }
 
-// Absmax of each matrix of [B, M, K] into amax[b] (pre-zeroed): grid-stride over the chunks of
-// matrix blockIdx.y; one atomic per warp.
+// Absmax of each matrix of [B, M, K] into amax[b] (pre-zeroed): chunk blockIdx.x * 128 +
+// threadIdx.x of rows blockIdx.y, blockIdx.y + gridDim.y, ... of matrix blockIdx.z; one atomic
+// per warp.
 template <typename Loader>
-__global__ void __launch_bounds__(256) absmax_kernel(Loader load, std::int64_t rows, std::int64_t k,
-                                                     float* amax) {
-  const std::int64_t per_row = (k + kChunk - 1) / kChunk;
-  const std::int64_t n = rows * per_row;
-  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * rows;
+__global__ void __launch_bounds__(kChunkThreads) absmax_kernel(Loader load, std::int64_t rows,
+                                                               std::int64_t k, float* amax) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = c * kChunk < k;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.z) * rows;
   float m = 0.0f;
-  for (std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < n;
-       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float v[kChunk];
-    load(row0 + c / per_row, (c % per_row) * kChunk, v);
-    m = absmax_accumulate(m, chunk_absmax(v));
+  if (active) {
+    for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+      float v[kChunk];
+      load(row0 + r, c * kChunk, v);
+      m = absmax_accumulate(m, chunk_absmax(v));
+    }
   }
   m = group_max<32>(m);
-  if (threadIdx.x % 32 == 0 && m > 0.0f) atomic_max_nonneg(amax + blockIdx.y, m);
+  if (threadIdx.x % 32 == 0 && m > 0.0f) atomic_max_nonneg(amax + blockIdx.z, m);
 }
 
 // amax[b] -> scale[b] in place: NVFP4 gs = 2688 / amax, or FP8 per-tensor s = amax / 448.

@@ -23,12 +23,15 @@ inline unsigned int blocks_for(std::int64_t threads) {
 
 template <Kind kKind, typename Loader>
 void launch_chunks(const QuantArgs& a, const Loader& load, cudaStream_t stream) {
-  const std::int64_t threads = a.batch * a.rows * padded_chunks<kKind>(a.k);
-  if (threads == 0) return;
+  const std::int64_t per_row = padded_chunks<kKind>(a.k);
+  const std::int64_t rows = a.batch * a.rows;
+  if (per_row == 0 || rows == 0) return;
+  const dim3 grid(static_cast<unsigned int>((per_row + kChunkThreads - 1) / kChunkThreads),
+                  static_cast<unsigned int>(std::min<std::int64_t>(rows, 65535)));
   if (a.k % kChunk == 0) {
-    quantize_chunks_kernel<Loader, kKind, true><<<blocks_for(threads), kThreads, 0, stream>>>(a, load);
+    quantize_chunks_kernel<Loader, kKind, true><<<grid, kChunkThreads, 0, stream>>>(a, load);
   } else {
-    quantize_chunks_kernel<Loader, kKind, false><<<blocks_for(threads), kThreads, 0, stream>>>(a, load);
+    quantize_chunks_kernel<Loader, kKind, false><<<grid, kChunkThreads, 0, stream>>>(a, load);
   }
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
@@ -39,13 +42,14 @@ void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, b
                          cudaStream_t stream) {
   MOEKIT_CUDA_CHECK(
       cudaMemsetAsync(scale, 0, static_cast<std::size_t>(a.batch) * sizeof(float), stream));
-  const std::int64_t chunks = a.rows * ((a.k + kChunk - 1) / kChunk);
-  if (chunks > 0) {
-    // A few CTAs per SM in total; each thread then loops over several chunks.
-    const auto gx = static_cast<unsigned int>(
-        std::min<std::int64_t>(blocks_for(chunks), std::max<std::int64_t>(1, 1024 / a.batch)));
-    absmax_kernel<Loader><<<dim3(gx, static_cast<unsigned int>(a.batch)), kThreads, 0, stream>>>(
-        load, a.rows, a.k, scale);
+  const std::int64_t per_row = (a.k + kChunk - 1) / kChunk;
+  if (per_row > 0 && a.rows > 0) {
+    // About 4 waves of CTAs in total; each thread then loops over rows.
+    const std::int64_t gx = (per_row + kChunkThreads - 1) / kChunkThreads;
+    const std::int64_t gy = std::clamp<std::int64_t>(4096 / (gx * a.batch), 1, std::min<std::int64_t>(a.rows, 65535));
+    absmax_kernel<Loader><<<dim3(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy),
+                                 static_cast<unsigned int>(a.batch)),
+                            kChunkThreads, 0, stream>>>(load, a.rows, a.k, scale);
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
   amax_to_scale_kernel<><<<blocks_for(a.batch), kThreads, 0, stream>>>(scale, a.batch, nvfp4);

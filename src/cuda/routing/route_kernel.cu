@@ -55,40 +55,49 @@ __device__ __forceinline__ double sigmoid_f64(double x) {
   return __ddiv_rn(1.0, __dadd_rn(1.0, exp(-x)));
 }
 
-// Warp arg-max under ranks_before; idx < 0 = nothing.
-__device__ __forceinline__ void warp_best(float& v, int& idx) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    const float ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
-    const int oi = __shfl_xor_sync(0xFFFFFFFFu, idx, off);
-    if (oi >= 0 && (idx < 0 || ranks_before(ov, oi, v, idx))) {
-      v = ov;
-      idx = oi;
-    }
-  }
+// An unsigned key whose order is ranks_before's: larger key = ranks first; NaN (key 1) after
+// every number; -0 and +0 equal. Key 0 = no candidate.
+__device__ __forceinline__ unsigned rank_key(float v) {
+  unsigned u = __float_as_uint(v);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 1u;
+  if ((u & 0x7FFFFFFFu) == 0u) u = 0u;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Warp arg-max under ranks_before: the largest key, then the lowest index among lanes holding it
+// (two single-instruction warp reductions). Returns -1 when no lane has a candidate (key 0).
+__device__ __forceinline__ int warp_best(unsigned key, int idx) {
+  const unsigned best = __reduce_max_sync(0xFFFFFFFFu, key);
+  if (best == 0u) return -1;
+  const unsigned cand = key == best ? static_cast<unsigned>(idx) : 0xFFFFFFFFu;
+  return static_cast<int>(__reduce_min_sync(0xFFFFFFFFu, cand));
 }
 
 // k rounds of arg-max over the lane's eligible, not yet taken experts; ids to s_ids.
 template <int kPerLane>
 __device__ __forceinline__ void select_top(const float (&score)[kPerLane], std::uint32_t eligible,
                                            int k, int lane, int* s_ids) {
-  std::uint32_t taken = 0;
+  unsigned key[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) key[i] = ((eligible >> i) & 1u) ? rank_key(score[i]) : 0u;
   for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
+    // The lane's best: the largest key; ascending i keeps the lowest index among equal keys.
+    unsigned bk = 0u;
     int bi = -1;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (((eligible & ~taken) >> i) & 1u) {
-        if (bi < 0 || ranks_before(score[i], e, bv, bi)) {
-          bv = score[i];
-          bi = e;
-        }
+      if (key[i] > bk) {
+        bk = key[i];
+        bi = lane + 32 * i;
       }
     }
-    warp_best(bv, bi);
-    if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
-    if (lane == 0) s_ids[j] = bi;
+    const int best = warp_best(bk, bi);
+    if (best >= 0 && (best & 31) == lane) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (i == (best >> 5)) key[i] = 0u;
+    }
+    if (lane == 0) s_ids[j] = best;
   }
   __syncwarp();
 }
@@ -157,13 +166,11 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
       }
       // Keep topk_group groups (higher score, ties to the lower group).
       std::uint32_t kept = 0;
-      bool taken = false;
+      unsigned gkey = gi >= 0 ? rank_key(gs) : 0u;
       for (int j = 0; j < a.topk_group; ++j) {
-        float bv = gs;
-        int bi = (gi >= 0 && !taken) ? gi : -1;
-        warp_best(bv, bi);
-        kept |= 1u << bi;
-        if (bi == lane) taken = true;
+        const int g = warp_best(gkey, gi);
+        kept |= 1u << g;
+        if (g == lane) gkey = 0u;
       }
       eligible = 0;
 #pragma unroll
