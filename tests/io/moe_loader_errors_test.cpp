@@ -196,7 +196,7 @@ TEST_F(BrokenCheckpoint, ConfigErrorsNameTheKey) {
       [&] { load_edited(CheckpointFormat::kBF16, R"(,"quantization_config":{"quant_method":"mxfp4"})", none); },
       {"layer 0", "mxfp4"});
   write_text(dir_.file("config.json"), R"({"model_type":"llama","num_hidden_layers":1})");
-  expect_error([&] { read_checkpoint_info(dir_.str()); }, {"config.json", "num_experts_per_tok"});
+  expect_error([&] { read_checkpoint_info(dir_.str()); }, {"config.json", "num_local_experts | num_experts | n_routed_experts", "missing"});
   write_text(dir_.file("config.json"),
              R"({"model_type":"llama","num_hidden_layers":1,"hidden_size":8,"num_experts":2,)"
              R"("num_experts_per_tok":1,"intermediate_size":8})");

@@ -43,7 +43,7 @@ TEST_P(QuantizeCheckpoint, RoundTripsThroughTheLoader) {
   MoeWeights master = random_master_weights(cfg, seed);
   RouterWeights router = random_router_weights(cfg, seed + 1);
 
-  testing::TempDir in, out;
+  testing::TempDir in, out, side;
   write_text(in.file("config.json"),
              R"({"model_type":"mixtral","num_hidden_layers":2,"hidden_size":64,"num_local_experts":4,)"
              R"("num_experts_per_tok":2,"intermediate_size":128})");
@@ -53,11 +53,11 @@ TEST_P(QuantizeCheckpoint, RoundTripsThroughTheLoader) {
   tensors.push_back({"model.embed_tokens.weight", std::move(embed), ""});
   write_safetensors(in.file("model.safetensors"), named_views(tensors));
   Tensor calib = random_hidden_states(5, 64, DType::kBF16, seed + 3);
-  write_safetensors(in.file("calib.safetensors"), {{"hidden_states", calib.view()}});
+  write_safetensors(side.file("calib.safetensors"), {{"hidden_states", calib.view()}});
 
   QuantizeCheckpointOptions o;
   o.format = format;
-  o.calibration_file = in.file("calib.safetensors");
+  o.calibration_file = side.file("calib.safetensors");
   int calls = 0;
   o.progress = [&](int done, int total, int layer) {
     ++calls;

@@ -3,7 +3,9 @@
 //   Experts: standard (permute + grouped loop), batched, monolithic (routing + experts + reduce).
 // Their arithmetic: weights and activations are dequantized to f32 by the quant reference (the
 // quantized values are what the GPU sees), GEMMs accumulate in f32 in K order, activations come
-// from activation_reference; see src/cpu/experts/ for the exact order.
+// from activation_reference; see src/cpu/experts/ for the exact order (it is the CPU reference
+// layer's, so outputs are bitwise equal to moe_reference*). CPU experts use the MoeWeights passed
+// to prepare_weights in place (no copy): the weights must outlive the kernel.
 #pragma once
 
 #include <cstdint>
