@@ -135,6 +135,7 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   result.layers = layers;
   json weight_map = json::object();
   std::set<std::string> replaced;  // input tensor names superseded by quantized ones
+  std::set<std::string> excluded;  // modules left in bf16 (routers and pass-through linears)
   int done = 0;
   for (int l : layers) {
     MoeLayer layer = load_moe_layer(ck, info, l);
@@ -162,14 +163,17 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
     SafetensorsWriteOptions wo;
     wo.metadata = {{"format", "pt"}, {"producer", "moekit quantize"}};
     write_safetensors((fs::path(output_dir) / file).string(), named_views(tensors), wo);
-    for (const auto& t : tensors) weight_map[t.name] = file;
+    for (const auto& t : tensors) {
+      weight_map[t.name] = file;
+      for (const char* router : {".gate.weight", ".router.weight"})
+        if (t.name.ends_with(router)) excluded.insert(t.name.substr(0, t.name.size() - 7));
+    }
     result.tensors_written += tensors.size();
     if (options.progress) options.progress(++done, static_cast<int>(layers.size()), l);
   }
 
   // Everything else passes through unchanged (zero-copy views of the input mapping).
   std::vector<NamedTensor> rest;
-  std::set<std::string> excluded;
   for (const auto& name : ck.names()) {
     if (replaced.count(name)) continue;
     const SafetensorsFile& f = ck.file_of(name);

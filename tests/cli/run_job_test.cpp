@@ -141,8 +141,9 @@ TEST(RunBinary, DefaultJobAndBadBackend) {
   const auto bin = cli_binary();
   if (bin.empty()) GTEST_SKIP() << "moekit binary not found beside the test binary";
   // A binary left over from an older (or partly failed) build may predate `run`.
-  const std::string probe = bin.string() + " run --help > /dev/null 2>&1";
-  if (std::system(probe.c_str()) != 0) GTEST_SKIP() << bin << " has no working `run` (stale build?)";
+  const std::string probe = bin.string() + " --help 2>/dev/null | grep -q '^  run '";
+  if (std::system(probe.c_str()) != 0)
+    GTEST_SKIP() << bin << " has no working `run` (stale build?)";
   const auto out =
       std::filesystem::temp_directory_path() / ("moekit_run_test_" + std::to_string(::getpid()));
   const std::string ok = bin.string() + " run --tokens 8 --json > " + out.string() + " 2>&1";

@@ -144,7 +144,8 @@ TEST(MoeReference, DequantBudgetDoesNotChangeTheResult) {
   MOEKIT_REF_SEED(seed);
   Problem p = make_problem(small(), "nvfp4", 40, seed);
   Tensor a(DType::kF32, Shape{40, 128}), b(DType::kF32, Shape{40, 128});
-  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, a);
+  moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights,
+                       a);
   MoeReferenceOptions one_at_a_time;
   one_at_a_time.dequant_budget_bytes = 1;
   moe_reference_routed(p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, b,
@@ -319,7 +320,8 @@ TEST(MoeReferenceEmulate, DefaultActivationQuant) {
   EXPECT_EQ(default_activation_quant(QuantScheme::kMXFP4).scheme, QuantScheme::kMXFP8);
   EXPECT_EQ(default_activation_quant(QuantScheme::kFP8Block128x128).scheme,
             QuantScheme::kFP8Block1x128);
-  EXPECT_EQ(default_activation_quant(QuantScheme::kFP8PerTensor).scheme, QuantScheme::kFP8PerTensor);
+  EXPECT_EQ(default_activation_quant(QuantScheme::kFP8PerTensor).scheme,
+            QuantScheme::kFP8PerTensor);
   EXPECT_EQ(default_activation_quant(QuantScheme::kBF16).scheme, QuantScheme::kBF16);
   EXPECT_EQ(parse_numerics(numerics_name(MoeNumerics::kEmulateActivationQuant)),
             MoeNumerics::kEmulateActivationQuant);

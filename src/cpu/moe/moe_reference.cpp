@@ -259,10 +259,12 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
         for (std::int64_t b = offsets[e]; b < offsets[e + 1]; b += kTokenTile)
           items.push_back({{e, b, std::min(offsets[e + 1], b + kTokenTile)}, cache[t].data()});
       }
-      parallel_for(static_cast<std::int64_t>(items.size()), 1, [&](std::int64_t b, std::int64_t end) {
-        for (std::int64_t it = b; it < end; ++it)
-          item_fn(items[static_cast<std::size_t>(it)].first, items[static_cast<std::size_t>(it)].second);
-      });
+      parallel_for(static_cast<std::int64_t>(items.size()), 1,
+                   [&](std::int64_t b, std::int64_t end) {
+                     for (std::int64_t it = b; it < end; ++it)
+                       item_fn(items[static_cast<std::size_t>(it)].first,
+                               items[static_cast<std::size_t>(it)].second);
+                   });
     }
   };
 

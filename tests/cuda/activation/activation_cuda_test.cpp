@@ -73,14 +73,35 @@ TEST(ActivationCuda, WithinOneUlpOfReference) {
           activation_cuda(x_d, c, y_d);
           cuda_test::sync();
           const Tensor y = to_host(y_d);
+          const Tensor xf = widen(x);
           std::int64_t worst = 0;
+          double worst_abs = 0.0;
           for (std::int64_t i = 0; i < y.numel(); ++i) {
-            const std::int64_t d = cuda_test::ulp_distance(ref.ptr<float>()[i], y.ptr<float>()[i]);
+            const float r = ref.ptr<float>()[i], g = y.ptr<float>()[i];
+            const std::int64_t d = cuda_test::ulp_distance(r, g);
+            if (a == Activation::kGeluErfAndMul && d > 1) {
+              // gelu_erf's 1 + erf(g / sqrt2) cancels for negative g: the float64 erf of CUDA and
+              // of the host libm (each within ~1 float64 ulp) then differ relatively by far more
+              // than an fp32 ulp. Bound: |out - ref| <= 1e-14 * |gate * up| (erf's absolute error
+              // ~1e-16 times 0.5 |gate * up|, with margin).
+              const std::int64_t t_i = i / inter, c_i = i % inter;
+              const float* xr = xf.ptr<float>() + t_i * width;
+              const bool il = layout == GateUpLayout::kInterleaved;
+              const double gate = il ? xr[2 * c_i] : xr[c_i];
+              const double up = il ? xr[2 * c_i + 1] : xr[inter + c_i];
+              const double err = std::fabs(static_cast<double>(r) - static_cast<double>(g));
+              worst_abs = std::max(worst_abs, err / std::max(1e-300, std::fabs(gate * up)));
+              EXPECT_LE(err, 1e-14 * std::fabs(gate * up)) << "gelu_erf element " << i;
+              continue;
+            }
             worst = std::max(worst, d);
-            exact += d == 0;
+            if (a != Activation::kGeluErfAndMul) {
+              exact += d == 0;
+              total += 1;
+            }
           }
-          total += y.numel();
           EXPECT_LE(worst, 1);
+          if (worst_abs > 0) RecordProperty("gelu_erf_worst_rel_to_gate_up", std::to_string(worst_abs));
         }
       }
     }
