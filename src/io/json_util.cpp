@@ -51,8 +51,7 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 std::string json_excerpt(const nlohmann::json& j) {
-  std::string s = j.dump(-1, ' ', /*ensure_ascii=*/true,
-                         nlohmann::json::error_handler_t::replace);
+  std::string s = j.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;
 }

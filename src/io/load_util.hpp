@@ -15,10 +15,10 @@ namespace moekit::io::detail {
 
 // "checkpoint '<dir>': tensor '<name>' <field>: expected <e>, got <a>".
 template <typename E, typename A>
-[[noreturn]] void fail_tensor(const Checkpoint& ck, const std::string& name, const std::string& field,
-                              const E& expected, const A& actual) {
-  throw_arg_error(("checkpoint '" + ck.dir() + "'").c_str(), "tensor '" + name + "'" + (field.empty() ? "" : " " + field),
-                  expected, actual);
+[[noreturn]] void fail_tensor(const Checkpoint& ck, const std::string& name,
+                              const std::string& field, const E& expected, const A& actual) {
+  throw_arg_error(("checkpoint '" + ck.dir() + "'").c_str(),
+                  "tensor '" + name + "'" + (field.empty() ? "" : " " + field), expected, actual);
 }
 
 // The tensor `name`, checked for presence, dtype (one of `dtypes`) and shape.

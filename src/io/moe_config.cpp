@@ -64,12 +64,14 @@ bool is_nvfp4_compressed_tensors(const json& q) {
   if (q.contains("format") && q["format"] == "nvfp4-pack-quantized") return true;
   if (q.contains("config_groups") && q["config_groups"].is_object())
     for (const auto& [name, group] : q["config_groups"].items())
-      if (group.is_object() && group.contains("format") && group["format"] == "nvfp4-pack-quantized")
+      if (group.is_object() && group.contains("format") &&
+          group["format"] == "nvfp4-pack-quantized")
         return true;
   return false;
 }
 
-CheckpointFormat detect_format(const std::string& dir, const json& config, const std::string& where) {
+CheckpointFormat detect_format(const std::string& dir, const json& config,
+                               const std::string& where) {
   namespace fs = std::filesystem;
   const fs::path hf_quant = fs::path(dir) / "hf_quant_config.json";
   std::error_code ec;
@@ -92,7 +94,8 @@ CheckpointFormat detect_format(const std::string& dir, const json& config, const
                                  ? q["quant_method"].get<std::string>()
                                  : std::string();
   if (method == "modelopt") {
-    if (q.contains("quant_algo") && q["quant_algo"] == "NVFP4") return CheckpointFormat::kModelOptNVFP4;
+    if (q.contains("quant_algo") && q["quant_algo"] == "NVFP4")
+      return CheckpointFormat::kModelOptNVFP4;
     MOEKIT_FAIL(where, ": quantization_config.quant_algo: expected \"NVFP4\" (modelopt), got ",
                 q.contains("quant_algo") ? detail::json_excerpt(q["quant_algo"]) : "missing");
   }
@@ -124,11 +127,16 @@ Activation parse_hidden_act(const std::string& act, const std::string& where) {
 
 std::string_view checkpoint_format_name(CheckpointFormat f) {
   switch (f) {
-    case CheckpointFormat::kBF16: return "bf16";
-    case CheckpointFormat::kModelOptNVFP4: return "modelopt_nvfp4";
-    case CheckpointFormat::kCompressedTensorsNVFP4: return "ct_nvfp4";
-    case CheckpointFormat::kMXFP4: return "mxfp4";
-    case CheckpointFormat::kFP8Block: return "fp8_block";
+    case CheckpointFormat::kBF16:
+      return "bf16";
+    case CheckpointFormat::kModelOptNVFP4:
+      return "modelopt_nvfp4";
+    case CheckpointFormat::kCompressedTensorsNVFP4:
+      return "ct_nvfp4";
+    case CheckpointFormat::kMXFP4:
+      return "mxfp4";
+    case CheckpointFormat::kFP8Block:
+      return "fp8_block";
   }
   return "?";
 }
@@ -158,7 +166,8 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
 
   MoeLayerConfig& c = info.layer;
   c.name = info.model_type;
-  c.num_experts = static_cast<int>(r.integer({"num_local_experts", "num_experts", "n_routed_experts"}));
+  c.num_experts =
+      static_cast<int>(r.integer({"num_local_experts", "num_experts", "n_routed_experts"}));
   c.routing.top_k = static_cast<int>(r.integer({"num_experts_per_tok", "experts_per_token"}));
   c.hidden_size = r.integer({"hidden_size"});
   c.intermediate_size = r.integer({"moe_intermediate_size", "intermediate_size"});
@@ -185,7 +194,8 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
     MOEKIT_FAIL(where, ": model_type: expected one of mixtral | qwen2_moe | qwen3_moe | ",
                 "deepseek_v3 | kimi_k2 | gpt_oss, got '", mt, "'");
   }
-  if (mt != "gpt_oss") c.activation.kind = parse_hidden_act(r.string_or("hidden_act", "silu"), where);
+  if (mt != "gpt_oss")
+    c.activation.kind = parse_hidden_act(r.string_or("hidden_act", "silu"), where);
   try {
     c.validate();
   } catch (const Error& e) {

@@ -55,11 +55,15 @@ float decode_for(float encode, const std::string& name) {
 
 QuantScheme scheme_of(CheckpointFormat f) {
   switch (f) {
-    case CheckpointFormat::kBF16: return QuantScheme::kBF16;
+    case CheckpointFormat::kBF16:
+      return QuantScheme::kBF16;
     case CheckpointFormat::kModelOptNVFP4:
-    case CheckpointFormat::kCompressedTensorsNVFP4: return QuantScheme::kNVFP4;
-    case CheckpointFormat::kMXFP4: return QuantScheme::kMXFP4;
-    case CheckpointFormat::kFP8Block: return QuantScheme::kFP8Block128x128;
+    case CheckpointFormat::kCompressedTensorsNVFP4:
+      return QuantScheme::kNVFP4;
+    case CheckpointFormat::kMXFP4:
+      return QuantScheme::kMXFP4;
+    case CheckpointFormat::kFP8Block:
+      return QuantScheme::kFP8Block128x128;
   }
   return QuantScheme::kBF16;
 }
@@ -122,10 +126,11 @@ std::vector<ExportedTensor> export_moe_layer(const MoeWeights& w, const RouterWe
           out.push_back({base + ".weight", std::move(values), ""});
         } else if (format == CheckpointFormat::kFP8Block) {
           out.push_back({base + ".weight", std::move(values), ""});
-          out.push_back({base + ".weight_scale_inv", slice_rows(q.scales, e, row0 / 128, n / 128 +
-                                                                (n % 128 != 0)), ""});
+          out.push_back({base + ".weight_scale_inv",
+                         slice_rows(q.scales, e, row0 / 128, n / 128 + (n % 128 != 0)), ""});
         } else {  // NVFP4
-          out.push_back({base + (modelopt ? ".weight" : ".weight_packed"), std::move(values), "U8"});
+          out.push_back(
+              {base + (modelopt ? ".weight" : ".weight_packed"), std::move(values), "U8"});
           out.push_back({base + ".weight_scale", slice_rows(q.scales, e, row0, n), ""});
           const float gs = q.global_scale.ptr<const float>()[e];
           if (modelopt)

@@ -18,9 +18,9 @@ namespace {
 using detail::fail_tensor;
 
 struct Naming {
-  std::string prefix;                // model.layers.{L}.mlp | model.layers.{L}.block_sparse_moe
-  std::string router;                // prefix + ".gate" | prefix + ".router"
-  bool fused = false;                // gpt-oss: one tensor for all experts
+  std::string prefix;                 // model.layers.{L}.mlp | model.layers.{L}.block_sparse_moe
+  std::string router;                 // prefix + ".gate" | prefix + ".router"
+  bool fused = false;                 // gpt-oss: one tensor for all experts
   std::array<const char*, 3> proj{};  // gate, up, down projection names
 };
 
@@ -84,11 +84,19 @@ Naming detect_naming(const Checkpoint& ck, int layer, CheckpointFormat format) {
 QuantConfig quant_of(CheckpointFormat f) {
   QuantConfig q;
   switch (f) {
-    case CheckpointFormat::kBF16: q.scheme = QuantScheme::kBF16; break;
+    case CheckpointFormat::kBF16:
+      q.scheme = QuantScheme::kBF16;
+      break;
     case CheckpointFormat::kModelOptNVFP4:
-    case CheckpointFormat::kCompressedTensorsNVFP4: q.scheme = QuantScheme::kNVFP4; break;
-    case CheckpointFormat::kMXFP4: q.scheme = QuantScheme::kMXFP4; break;
-    case CheckpointFormat::kFP8Block: q.scheme = QuantScheme::kFP8Block128x128; break;
+    case CheckpointFormat::kCompressedTensorsNVFP4:
+      q.scheme = QuantScheme::kNVFP4;
+      break;
+    case CheckpointFormat::kMXFP4:
+      q.scheme = QuantScheme::kMXFP4;
+      break;
+    case CheckpointFormat::kFP8Block:
+      q.scheme = QuantScheme::kFP8Block128x128;
+      break;
   }
   return q;
 }
@@ -129,7 +137,8 @@ Tensor resolve_input_scales(const Checkpoint& ck, const std::vector<std::string>
   for (float v : raw) present += !std::isnan(v);
   if (present == 0 || policy == InputScalePolicy::kIgnore) return {};
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (std::isnan(raw[i])) fail_tensor(ck, names[i], "", "present (other experts have it)", "missing");
+    if (std::isnan(raw[i]))
+      fail_tensor(ck, names[i], "", "present (other experts have it)", "missing");
     if (!(std::isfinite(raw[i]) && raw[i] > 0.0f))
       fail_tensor(ck, names[i], "value", "a finite positive scale", raw[i]);
   }
@@ -177,11 +186,11 @@ void load_per_expert(const Checkpoint& ck, const Naming& nm, CheckpointFormat fo
       QuantizedTensor& dst = j < 2 ? w.w13 : w.w2;
       const std::int64_t row0 = j == 1 ? i : 0;
       if (format == CheckpointFormat::kBF16) {
-        put_rows(detail::require_tensor(ck, base + ".weight", {DType::kBF16}, Shape{n, k}), dst.values,
-                 e, row0);
+        put_rows(detail::require_tensor(ck, base + ".weight", {DType::kBF16}, Shape{n, k}),
+                 dst.values, e, row0);
       } else if (format == CheckpointFormat::kFP8Block) {
-        put_rows(detail::require_tensor(ck, base + ".weight", {DType::kE4M3}, Shape{n, k}), dst.values,
-                 e, row0);
+        put_rows(detail::require_tensor(ck, base + ".weight", {DType::kE4M3}, Shape{n, k}),
+                 dst.values, e, row0);
         put_rows(detail::require_tensor(ck, base + ".weight_scale_inv", {DType::kF32},
                                         Shape{(n + 127) / 128, (k + 127) / 128}),
                  dst.scales, e, row0 / 128);
@@ -189,8 +198,9 @@ void load_per_expert(const Checkpoint& ck, const Naming& nm, CheckpointFormat fo
         put_rows(detail::require_tensor(ck, base + "." + value_suffix(format),
                                         {DType::kU8, DType::kE2M1x2}, Shape{n, k / 2}),
                  dst.values, e, row0);
-        put_rows(detail::require_tensor(ck, base + ".weight_scale", {DType::kE4M3}, Shape{n, k / 16}),
-                 dst.scales, e, row0);
+        put_rows(
+            detail::require_tensor(ck, base + ".weight_scale", {DType::kE4M3}, Shape{n, k / 16}),
+            dst.scales, e, row0);
         const std::string gname = base + (modelopt ? ".weight_scale_2" : ".weight_global_scale");
         const float raw = detail::read_scalar(ck, gname);
         if (!(std::isfinite(raw) && raw > 0.0f))
@@ -220,8 +230,10 @@ void load_per_expert(const Checkpoint& ck, const Naming& nm, CheckpointFormat fo
     }
   }
   if (nvfp4) {
-    w.a13_scale = resolve_input_scales(ck, in.names13, in.raw13, modelopt, num_e, options.input_scales);
-    w.a2_scale = resolve_input_scales(ck, in.names2, in.raw2, modelopt, num_e, options.input_scales);
+    w.a13_scale =
+        resolve_input_scales(ck, in.names13, in.raw13, modelopt, num_e, options.input_scales);
+    w.a2_scale =
+        resolve_input_scales(ck, in.names2, in.raw2, modelopt, num_e, options.input_scales);
   }
 }
 
@@ -243,8 +255,8 @@ void load_gpt_oss_fused(const Checkpoint& ck, const Naming& nm, const MoeLayerCo
                                          Shape{e, 2 * i, h / 32});
   auto bias13 = detail::optional_tensor(ck, p + "gate_up_proj_bias",
                                         {DType::kBF16, DType::kF32, DType::kF16}, Shape{e, 2 * i});
-  auto blocks2 = detail::require_tensor(ck, p + "down_proj_blocks", {DType::kU8},
-                                        Shape{e, h, i / 32, 16});
+  auto blocks2 =
+      detail::require_tensor(ck, p + "down_proj_blocks", {DType::kU8}, Shape{e, h, i / 32, 16});
   auto scales2 = detail::require_tensor(ck, p + "down_proj_scales", {DType::kU8, DType::kE8M0},
                                         Shape{e, h, i / 32});
   auto bias2 = detail::optional_tensor(ck, p + "down_proj_bias",
@@ -269,8 +281,8 @@ void load_router(const Checkpoint& ck, const Naming& nm, MoeLayerConfig& cfg, Ro
   auto weight = detail::require_tensor(ck, nm.router + ".weight",
                                        {DType::kBF16, DType::kF32, DType::kF16}, Shape{e, h});
   r.weight = weight.dtype == DType::kF16 ? detail::to_f32_tensor(weight) : detail::clone(weight);
-  auto bias = detail::optional_tensor(ck, nm.router + ".bias", {DType::kBF16, DType::kF32, DType::kF16},
-                                      Shape{e});
+  auto bias = detail::optional_tensor(ck, nm.router + ".bias",
+                                      {DType::kBF16, DType::kF32, DType::kF16}, Shape{e});
   if (bias.defined()) r.bias = detail::to_f32_tensor(bias);
   auto corr = detail::optional_tensor(ck, nm.router + ".e_score_correction_bias",
                                       {DType::kF32, DType::kBF16, DType::kF16}, Shape{e});
@@ -318,8 +330,8 @@ MoeLayer load_moe_layer(const Checkpoint& ck, const CheckpointInfo& info, int la
   try {
     w.validate();
   } catch (const Error& e) {
-    MOEKIT_FAIL("checkpoint '", ck.dir(), "': layer ", layer, ": loaded weights are inconsistent: ",
-                e.what());
+    MOEKIT_FAIL("checkpoint '", ck.dir(), "': layer ", layer,
+                ": loaded weights are inconsistent: ", e.what());
   }
   return out;
 }

@@ -50,8 +50,8 @@ float gemm2_input_amax(const TensorView& x_bf16_or_f32, const MoeWeights& w,
       for (std::int64_t t = 0; t < m; ++t)
         for (std::int64_t r = 0; r < 2 * i; ++r) {
           float acc = 0.0f;
-          for (std::int64_t k = 0; k < h; ++k) acc += x[static_cast<std::size_t>(t * h + k)] *
-                                                       wt[static_cast<std::size_t>(r * h + k)];
+          for (std::int64_t k = 0; k < h; ++k)
+            acc += x[static_cast<std::size_t>(t * h + k)] * wt[static_cast<std::size_t>(r * h + k)];
           g[t * 2 * i + r] = acc;
         }
       activation_reference(g1.view(), act, out.view());
@@ -66,10 +66,13 @@ float gemm2_input_amax(const TensorView& x_bf16_or_f32, const MoeWeights& w,
 json quantization_config(CheckpointFormat f, const std::vector<std::string>& excluded) {
   switch (f) {
     case CheckpointFormat::kModelOptNVFP4:
-      return {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16},
-              {"exclude_modules", excluded}, {"producer", "moekit"}};
+      return {{"quant_method", "modelopt"},
+              {"quant_algo", "NVFP4"},
+              {"group_size", 16},
+              {"exclude_modules", excluded},
+              {"producer", "moekit"}};
     case CheckpointFormat::kCompressedTensorsNVFP4: {
-      json scheme = {{"num_bits", 4}, {"type", "float"}, {"strategy", "tensor_group"},
+      json scheme = {{"num_bits", 4},    {"type", "float"},   {"strategy", "tensor_group"},
                      {"group_size", 16}, {"symmetric", true}, {"dynamic", false}};
       json act = scheme;
       act["dynamic"] = "local";
@@ -77,16 +80,22 @@ json quantization_config(CheckpointFormat f, const std::vector<std::string>& exc
               {"format", "nvfp4-pack-quantized"},
               {"config_groups",
                {{"group_0",
-                 {{"format", "nvfp4-pack-quantized"}, {"targets", {"Linear"}},
-                  {"weights", scheme}, {"input_activations", act}}}}},
+                 {{"format", "nvfp4-pack-quantized"},
+                  {"targets", {"Linear"}},
+                  {"weights", scheme},
+                  {"input_activations", act}}}}},
               {"ignore", excluded}};
     }
     case CheckpointFormat::kMXFP4:
       return {{"quant_method", "mxfp4"}, {"modules_to_not_convert", excluded}};
     case CheckpointFormat::kFP8Block:
-      return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
-              {"weight_block_size", {128, 128}}, {"modules_to_not_convert", excluded}};
-    case CheckpointFormat::kBF16: break;
+      return {{"quant_method", "fp8"},
+              {"fmt", "e4m3"},
+              {"activation_scheme", "dynamic"},
+              {"weight_block_size", {128, 128}},
+              {"modules_to_not_convert", excluded}};
+    case CheckpointFormat::kBF16:
+      break;
   }
   return nullptr;
 }
@@ -112,7 +121,7 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   const MoeLayerConfig& lc = info.layer;
   // Shape requirements of the target, checked before anything is written.
   QuantConfig qc;
-  qc.scheme = options.format == CheckpointFormat::kMXFP4     ? QuantScheme::kMXFP4
+  qc.scheme = options.format == CheckpointFormat::kMXFP4      ? QuantScheme::kMXFP4
               : options.format == CheckpointFormat::kFP8Block ? QuantScheme::kFP8Block128x128
                                                               : QuantScheme::kNVFP4;
   infer_quant_shapes(Shape{2 * lc.intermediate_size, lc.hidden_size}, qc);
@@ -130,7 +139,8 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   if (!options.calibration_file.empty()) calib = SafetensorsFile::open(options.calibration_file);
 
   fs::create_directories(output_dir);
-  const ExpertNaming naming = info.model_type == "mixtral" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
+  const ExpertNaming naming =
+      info.model_type == "mixtral" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
   QuantizeCheckpointResult result;
   result.layers = layers;
   json weight_map = json::object();
@@ -139,7 +149,8 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   int done = 0;
   for (int l : layers) {
     MoeLayer layer = load_moe_layer(ck, info, l);
-    for (const auto& t : export_moe_layer(layer.weights, layer.router, CheckpointFormat::kBF16, l, naming))
+    for (const auto& t :
+         export_moe_layer(layer.weights, layer.router, CheckpointFormat::kBF16, l, naming))
       replaced.insert(t.name);
     InputAmax amax{options.default_input_amax, options.default_input_amax};
     if (calib) {
@@ -199,10 +210,11 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   config["quantization_config"] = quantization_config(options.format, excluded_list);
   write_json(fs::path(output_dir) / "config.json", config);
   if (options.format == CheckpointFormat::kModelOptNVFP4)
-    write_json(fs::path(output_dir) / "hf_quant_config.json",
-               {{"producer", {{"name", "moekit"}, {"version", "0.1.0"}}},
-                {"quantization",
-                 {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"exclude_modules", excluded_list}}}});
+    write_json(
+        fs::path(output_dir) / "hf_quant_config.json",
+        {{"producer", {{"name", "moekit"}, {"version", "0.1.0"}}},
+         {"quantization",
+          {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"exclude_modules", excluded_list}}}});
   // Small side files (tokenizer, generation config); weights and index were written above.
   for (const auto& e : fs::directory_iterator(input_dir)) {
     const std::string n = e.path().filename().string();

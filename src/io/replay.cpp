@@ -27,7 +27,8 @@ Tensor float_matrix(const SafetensorsFile& f, const std::string& name, bool keep
 
 }  // namespace
 
-ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_size, int num_experts) {
+ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_size,
+                                int num_experts) {
   SafetensorsFile f = SafetensorsFile::open(path);
   ReplayInputs in;
   in.metadata = f.metadata();
@@ -89,7 +90,8 @@ void write_replay_outputs(const std::string& path, const TensorView& output,
                    "f32 or bf16", dtype_name(output.dtype));
   std::vector<NamedTensor> tensors{{"output", output}};
   if (topk_ids.defined()) {
-    MOEKIT_CHECK_ARG(topk_ids.dtype == DType::kI32, "topk_ids dtype", "i32", dtype_name(topk_ids.dtype));
+    MOEKIT_CHECK_ARG(topk_ids.dtype == DType::kI32, "topk_ids dtype", "i32",
+                     dtype_name(topk_ids.dtype));
     MOEKIT_CHECK_ARG(topk_ids.rank() == 2 && topk_ids.size(0) == output.size(0), "topk_ids shape",
                      ::moekit::detail::concat("[", output.size(0), ", k]"), topk_ids.shape.str());
     tensors.push_back({"topk_ids", topk_ids});

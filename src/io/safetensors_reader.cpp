@@ -89,13 +89,15 @@ struct SafetensorsFile::Impl {
                     expected, actual);
   }
   void parse();
-  void parse_entry(const std::string& name, const nlohmann::json& entry, std::uint64_t buffer_bytes);
+  void parse_entry(const std::string& name, const nlohmann::json& entry,
+                   std::uint64_t buffer_bytes);
 };
 
 void SafetensorsFile::Impl::parse() {
   const std::string where = "safetensors " + sq(path);
   const std::uint64_t size = source->size();
-  if (size < 8) fail("file size", ">= 8 bytes (the header length)", std::to_string(size) + " bytes");
+  if (size < 8)
+    fail("file size", ">= 8 bytes (the header length)", std::to_string(size) + " bytes");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | source->data()[i];  // little-endian u64
   if (n > kMaxHeaderBytes)
@@ -133,11 +135,13 @@ void SafetensorsFile::Impl::parse() {
   std::string previous = "(start of the data buffer)";
   for (const auto& t : tensors) {
     if (t.begin < cursor)
-      fail_tensor(t.name, "data_offsets", "no overlap with " + previous + " (begin >= " +
-                  std::to_string(cursor) + ")", "begin " + std::to_string(t.begin));
+      fail_tensor(t.name, "data_offsets",
+                  "no overlap with " + previous + " (begin >= " + std::to_string(cursor) + ")",
+                  "begin " + std::to_string(t.begin));
     if (t.begin > cursor)
-      fail_tensor(t.name, "data_offsets", "to start at " + std::to_string(cursor) +
-                  " (no hole after " + previous + ")", "begin " + std::to_string(t.begin));
+      fail_tensor(t.name, "data_offsets",
+                  "to start at " + std::to_string(cursor) + " (no hole after " + previous + ")",
+                  "begin " + std::to_string(t.begin));
     cursor = t.end;
     previous = sq(t.name);
   }
@@ -194,11 +198,11 @@ void SafetensorsFile::Impl::parse_entry(const std::string& name, const nlohmann:
                 detail::json_excerpt(off));
   t.begin = off[0].get<std::uint64_t>();
   t.end = off[1].get<std::uint64_t>();
-  if (t.end < t.begin)
-    fail_tensor(name, "data_offsets", "begin <= end", detail::json_excerpt(off));
+  if (t.end < t.begin) fail_tensor(name, "data_offsets", "begin <= end", detail::json_excerpt(off));
   if (t.end > buffer_bytes)
-    fail_tensor(name, "data_offsets", "end <= " + std::to_string(buffer_bytes) +
-                " (the data buffer size)", detail::json_excerpt(off));
+    fail_tensor(name, "data_offsets",
+                "end <= " + std::to_string(buffer_bytes) + " (the data buffer size)",
+                detail::json_excerpt(off));
   if (bits % 8 != 0)
     fail_tensor(name, "shape", "a whole number of bytes for dtype " + t.dtype,
                 detail::json_excerpt(shape));
@@ -278,8 +282,10 @@ TensorView SafetensorsFile::view(std::string_view name) const {
   const SafetensorsTensorInfo& t = info(name);
   std::optional<DType> dt = dtype_from_safetensors(t.dtype);
   if (!dt)
-    impl_->fail_tensor(t.name, "dtype", "one with a moekit DType (" +
-                       std::string(detail::supported_st_dtype_names()) + ")", t.dtype);
+    impl_->fail_tensor(
+        t.name, "dtype",
+        "one with a moekit DType (" + std::string(detail::supported_st_dtype_names()) + ")",
+        t.dtype);
   std::vector<std::int64_t> dims = t.shape;
   if (*dt == DType::kE2M1x2) {  // F4: shape in elements, moekit shapes packed FP4 in bytes
     if (dims.empty() || dims.back() % 2 != 0)

@@ -40,15 +40,15 @@ std::string plan(const std::vector<NamedTensor>& tensors, const SafetensorsWrite
     check(seen.insert(t.name).second, arg, "a unique name", "a duplicate");
     check(t.view.device.is_host(), arg + " device", "host", t.view.device.str());
     check(t.view.is_contiguous(), arg, "contiguous", t.view.str());
-    check(t.view.data != nullptr || t.view.nbytes() == 0, arg + " data", "non-null",
-                     "nullptr");
-    std::string dtype = t.dtype.empty() ? std::string(safetensors_dtype_name(t.view.dtype)) : t.dtype;
+    check(t.view.data != nullptr || t.view.nbytes() == 0, arg + " data", "non-null", "nullptr");
+    std::string dtype =
+        t.dtype.empty() ? std::string(safetensors_dtype_name(t.view.dtype)) : t.dtype;
     const detail::StDtype* st = detail::find_st_dtype(dtype);
     check(st != nullptr, arg + " dtype", detail::known_st_dtype_names(), dtype);
     check(st->bits == 8 * static_cast<int>(dtype_size(t.view.dtype)), arg + " dtype",
-                     "a safetensors dtype of the view's element size (" +
-                         std::to_string(dtype_size(t.view.dtype)) + " bytes)",
-                     dtype);
+          "a safetensors dtype of the view's element size (" +
+              std::to_string(dtype_size(t.view.dtype)) + " bytes)",
+          dtype);
     order.push_back({&t, std::move(dtype), dtype_size(t.view.dtype)});
   }
   if (options.order == TensorOrder::kAlignment) {
@@ -72,9 +72,8 @@ std::string plan(const std::vector<NamedTensor>& tensors, const SafetensorsWrite
   for (const auto& p : order) {
     const TensorView& v = p.tensor->view;
     std::uint64_t nbytes = v.nbytes();
-    header[p.tensor->name] = {{"dtype", p.dtype},
-                              {"shape", v.shape.vec()},
-                              {"data_offsets", {offset, offset + nbytes}}};
+    header[p.tensor->name] = {
+        {"dtype", p.dtype}, {"shape", v.shape.vec()}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string text;
@@ -140,8 +139,8 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
-    MOEKIT_FAIL("write_safetensors: renaming '", tmp, "' to '", path, "' failed: ",
-                std::strerror(err));
+    MOEKIT_FAIL("write_safetensors: renaming '", tmp, "' to '", path,
+                "' failed: ", std::strerror(err));
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -11,8 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "moekit/core/error.hpp"
 
@@ -29,7 +28,7 @@ inline std::uint64_t test_seed() {
   return seed;
 }
 
-#define MOEKIT_IO_LOG_SEED(seed)                                                      \
+#define MOEKIT_IO_LOG_SEED(seed)                                                     \
   SCOPED_TRACE("seed " + std::to_string(seed) + " (MOEKIT_TEST_SEED to reproduce)"); \
   ::testing::Test::RecordProperty("seed", std::to_string(seed))
 

@@ -68,7 +68,8 @@ class BrokenCheckpoint : public ::testing::Test {
   MoeLayer loaded_;
 };
 
-const char* kModelOpt = R"(,"quantization_config":{"quant_method":"modelopt","quant_algo":"NVFP4"})";
+const char* kModelOpt =
+    R"(,"quantization_config":{"quant_method":"modelopt","quant_algo":"NVFP4"})";
 const std::string kP = "model.layers.0.mlp.experts.";
 
 TEST_F(BrokenCheckpoint, MissingExpertTensor) {
@@ -101,7 +102,8 @@ TEST_F(BrokenCheckpoint, WrongShapeAndDtype) {
   expect_error(
       [&] {
         load_edited(CheckpointFormat::kBF16, "", [](auto& ts) {
-          find(ts, "model.layers.0.mlp.gate.weight")->tensor = Tensor::zeros(DType::kF32, Shape{5, 64});
+          find(ts, "model.layers.0.mlp.gate.weight")->tensor =
+              Tensor::zeros(DType::kF32, Shape{5, 64});
         });
       },
       {"tensor 'model.layers.0.mlp.gate.weight' shape", "expected [4, 64]"});
@@ -111,17 +113,15 @@ TEST_F(BrokenCheckpoint, GateAndUpMustShareWeightScale2) {
   MOEKIT_IO_LOG_SEED(seed_);
   expect_error(
       [&] {
-        load_edited(CheckpointFormat::kModelOptNVFP4, kModelOpt, [](auto& ts) {
-          set_scalar(ts, kP + "3.up_proj.weight_scale_2", 0.125f);
-        });
+        load_edited(CheckpointFormat::kModelOptNVFP4, kModelOpt,
+                    [](auto& ts) { set_scalar(ts, kP + "3.up_proj.weight_scale_2", 0.125f); });
       },
       {"tensor '" + kP + "3.up_proj.weight_scale_2' value",
        "equal to '" + kP + "3.gate_proj.weight_scale_2'", "got 0.125"});
   expect_error(
       [&] {
-        load_edited(CheckpointFormat::kModelOptNVFP4, kModelOpt, [](auto& ts) {
-          set_scalar(ts, kP + "0.gate_proj.weight_scale_2", 0.0f);
-        });
+        load_edited(CheckpointFormat::kModelOptNVFP4, kModelOpt,
+                    [](auto& ts) { set_scalar(ts, kP + "0.gate_proj.weight_scale_2", 0.0f); });
       },
       {"tensor '" + kP + "0.gate_proj.weight_scale_2' value", "finite positive"});
 }
@@ -155,7 +155,8 @@ TEST_F(BrokenCheckpoint, NonScalarGlobalScale) {
   expect_error(
       [&] {
         load_edited(CheckpointFormat::kModelOptNVFP4, kModelOpt, [](auto& ts) {
-          find(ts, kP + "0.down_proj.weight_scale_2")->tensor = Tensor::zeros(DType::kF32, Shape{2});
+          find(ts, kP + "0.down_proj.weight_scale_2")->tensor =
+              Tensor::zeros(DType::kF32, Shape{2});
         });
       },
       {"tensor '" + kP + "0.down_proj.weight_scale_2' shape", "a scalar", "got [2]"});
@@ -163,11 +164,13 @@ TEST_F(BrokenCheckpoint, NonScalarGlobalScale) {
 
 TEST_F(BrokenCheckpoint, Fp8BlockScaleShape) {
   MOEKIT_IO_LOG_SEED(seed_);
-  const char* fp8 = R"(,"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]})";
+  const char* fp8 =
+      R"(,"quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]})";
   expect_error(
       [&] {
         load_edited(CheckpointFormat::kFP8Block, fp8, [](auto& ts) {
-          find(ts, kP + "0.gate_proj.weight_scale_inv")->tensor = Tensor::zeros(DType::kF32, Shape{1, 2});
+          find(ts, kP + "0.gate_proj.weight_scale_inv")->tensor =
+              Tensor::zeros(DType::kF32, Shape{1, 2});
         });
       },
       {"tensor '" + kP + "0.gate_proj.weight_scale_inv' shape", "expected [1, 1]", "got [1, 2]"});
@@ -179,32 +182,43 @@ TEST_F(BrokenCheckpoint, ConfigErrorsNameTheKey) {
   expect_error(
       [&] {
         load_edited(CheckpointFormat::kBF16,
-                    R"(,"quantization_config":{"quant_method":"modelopt","quant_algo":"FP8"})", none);
+                    R"(,"quantization_config":{"quant_method":"modelopt","quant_algo":"FP8"})",
+                    none);
       },
       {"quantization_config.quant_algo", "NVFP4", "\"FP8\""});
   expect_error(
-      [&] { load_edited(CheckpointFormat::kBF16, R"(,"quantization_config":{"quant_method":"awq"})", none); },
+      [&] {
+        load_edited(CheckpointFormat::kBF16, R"(,"quantization_config":{"quant_method":"awq"})",
+                    none);
+      },
       {"quantization_config.quant_method", "\"awq\""});
   expect_error(
       [&] {
         load_edited(CheckpointFormat::kBF16,
-                    R"(,"quantization_config":{"quant_method":"fp8","weight_block_size":[64,64]})", none);
+                    R"(,"quantization_config":{"quant_method":"fp8","weight_block_size":[64,64]})",
+                    none);
       },
       {"weight_block_size", "[128, 128]"});
   // The checkpoint has bf16 tensors but config.json claims MXFP4.
   expect_error(
-      [&] { load_edited(CheckpointFormat::kBF16, R"(,"quantization_config":{"quant_method":"mxfp4"})", none); },
+      [&] {
+        load_edited(CheckpointFormat::kBF16, R"(,"quantization_config":{"quant_method":"mxfp4"})",
+                    none);
+      },
       {"layer 0", "mxfp4"});
   write_text(dir_.file("config.json"), R"({"model_type":"llama","num_hidden_layers":1})");
-  expect_error([&] { read_checkpoint_info(dir_.str()); }, {"config.json", "num_local_experts | num_experts | n_routed_experts", "missing"});
+  expect_error([&] { read_checkpoint_info(dir_.str()); },
+               {"config.json", "num_local_experts | num_experts | n_routed_experts", "missing"});
   write_text(dir_.file("config.json"),
              R"({"model_type":"llama","num_hidden_layers":1,"hidden_size":8,"num_experts":2,)"
              R"("num_experts_per_tok":1,"intermediate_size":8})");
   expect_error([&] { read_checkpoint_info(dir_.str()); }, {"model_type", "'llama'"});
   write_text(dir_.file("config.json"), qwen_config(R"(,"num_experts_per_tok":9)"));
   expect_error([&] { read_checkpoint_info(dir_.str()); }, {"duplicate key 'num_experts_per_tok'"});
-  write_text(dir_.file("config.json"), R"({"model_type":"qwen3_moe","num_hidden_layers":1,)"
-             R"("hidden_size":64,"num_experts":4,"num_experts_per_tok":5,"moe_intermediate_size":128})");
+  write_text(
+      dir_.file("config.json"),
+      R"({"model_type":"qwen3_moe","num_hidden_layers":1,)"
+      R"("hidden_size":64,"num_experts":4,"num_experts_per_tok":5,"moe_intermediate_size":128})");
   expect_error([&] { read_checkpoint_info(dir_.str()); }, {"config.json", "top_k"});
 }
 

@@ -1,6 +1,8 @@
 // MoE layer loaders: tiny checkpoints of every format written with moekit's own writer
 // (export_moe_layer + write_safetensors), loaded back bit-exactly; gpt-oss interleave checked
 // against the raw file; every inconsistency rejected with a message naming the tensor.
+#include "moekit/io/moe_loader.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "io/io_test_util.hpp"
 #include "moekit/io/moe_export.hpp"
-#include "moekit/io/moe_loader.hpp"
 #include "moekit/moe/random_weights.hpp"
 
 namespace moekit::io {
@@ -17,9 +18,7 @@ namespace {
 
 using testing::expect_error;
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // E=4, k=2, H=64, I=128: the smallest shape every format accepts (FP8 tiles need I % 128).
 MoeLayerConfig small_config(const std::string& model_type) {
@@ -44,14 +43,19 @@ MoeLayerConfig small_config(const std::string& model_type) {
 }
 
 std::string config_json(const std::string& model_type, const std::string& quant_config = "") {
-  std::string s = R"({"model_type":")" + model_type + R"(","num_hidden_layers":3,"hidden_size":64,)";
-  if (model_type == "mixtral") s += R"("num_local_experts":4,"num_experts_per_tok":2,"intermediate_size":128)";
+  std::string s =
+      R"({"model_type":")" + model_type + R"(","num_hidden_layers":3,"hidden_size":64,)";
+  if (model_type == "mixtral")
+    s += R"("num_local_experts":4,"num_experts_per_tok":2,"intermediate_size":128)";
   if (model_type == "qwen3_moe")
-    s += R"("num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":128,"intermediate_size":999,"norm_topk_prob":true)";
+    s +=
+        R"("num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":128,"intermediate_size":999,"norm_topk_prob":true)";
   if (model_type == "gpt_oss")
-    s += R"("num_local_experts":4,"experts_per_token":2,"intermediate_size":128,"swiglu_limit":7.0)";
+    s +=
+        R"("num_local_experts":4,"experts_per_token":2,"intermediate_size":128,"swiglu_limit":7.0)";
   if (model_type == "deepseek_v3")
-    s += R"("n_routed_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":128,"n_group":2,"topk_group":1,"routed_scaling_factor":2.5,"n_shared_experts":1)";
+    s +=
+        R"("n_routed_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":128,"n_group":2,"topk_group":1,"routed_scaling_factor":2.5,"n_shared_experts":1)";
   if (!quant_config.empty()) s += R"(,"quantization_config":)" + quant_config;
   return s + "}";
 }
@@ -129,8 +133,9 @@ TEST_P(LoaderRoundTrip, LoadsWhatWasWrittenBitExactly) {
   testing::TempDir dir;
   write_text(dir.file("config.json"), config_json(c.model_type, c.quant_config));
   if (c.hf_quant_config)
-    write_text(dir.file("hf_quant_config.json"),
-               R"({"producer":{"name":"modelopt"},"quantization":{"quant_algo":"NVFP4","group_size":16}})");
+    write_text(
+        dir.file("hf_quant_config.json"),
+        R"({"producer":{"name":"modelopt"},"quantization":{"quant_algo":"NVFP4","group_size":16}})");
   auto tensors = export_moe_layer(f.weights, f.router, c.format, /*layer=*/1, c.naming);
   write_safetensors(dir.file("model.safetensors"), named_views(tensors));
 
@@ -153,13 +158,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen3_moe", CheckpointFormat::kModelOptNVFP4, ExpertNaming::kQwen, "", true},
         Case{"mixtral", CheckpointFormat::kModelOptNVFP4, ExpertNaming::kMixtral,
              R"({"quant_method":"modelopt","quant_algo":"NVFP4"})", false},
-        Case{"qwen3_moe", CheckpointFormat::kCompressedTensorsNVFP4, ExpertNaming::kQwen,
-             R"({"quant_method":"compressed-tensors","config_groups":{"group_0":{"format":"nvfp4-pack-quantized"}}})",
-             false},
-        Case{"gpt_oss", CheckpointFormat::kMXFP4, ExpertNaming::kGptOss, R"({"quant_method":"mxfp4"})",
-             false},
-        Case{"mixtral", CheckpointFormat::kMXFP4, ExpertNaming::kMixtral, R"({"quant_method":"mxfp4"})",
-             false},
+        Case{
+            "qwen3_moe", CheckpointFormat::kCompressedTensorsNVFP4, ExpertNaming::kQwen,
+            R"({"quant_method":"compressed-tensors","config_groups":{"group_0":{"format":"nvfp4-pack-quantized"}}})",
+            false},
+        Case{"gpt_oss", CheckpointFormat::kMXFP4, ExpertNaming::kGptOss,
+             R"({"quant_method":"mxfp4"})", false},
+        Case{"mixtral", CheckpointFormat::kMXFP4, ExpertNaming::kMixtral,
+             R"({"quant_method":"mxfp4"})", false},
         Case{"deepseek_v3", CheckpointFormat::kFP8Block, ExpertNaming::kQwen,
              R"({"quant_method":"fp8","fmt":"e4m3","weight_block_size":[128,128]})", false}),
     [](const auto& info) {
@@ -173,11 +179,13 @@ TEST(MoeLoader, ShardedCheckpointWithIndex) {
   Fixture f = make_layer("qwen3_moe", CheckpointFormat::kBF16, seed);
   testing::TempDir dir;
   write_text(dir.file("config.json"), config_json("qwen3_moe"));
-  auto tensors = export_moe_layer(f.weights, f.router, CheckpointFormat::kBF16, 2, ExpertNaming::kQwen);
+  auto tensors =
+      export_moe_layer(f.weights, f.router, CheckpointFormat::kBF16, 2, ExpertNaming::kQwen);
   std::vector<ExportedTensor> a, b;
   std::string weight_map;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const char* file = i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    const char* file =
+        i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
     if (i) weight_map += ',';
     weight_map += ::moekit::detail::concat('"', tensors[i].name, "\":\"", file, '"');
     (i % 2 ? b : a).push_back(std::move(tensors[i]));
@@ -194,7 +202,8 @@ TEST(MoeLoader, ShardedCheckpointWithIndex) {
   write_text(dir.file("model.safetensors.index.json"),
              R"({"weight_map":{"nope":"model-00001-of-00002.safetensors"}})");
   expect_error([&] { Checkpoint::open(dir.str()); }, {"weight_map['nope']", "without it"});
-  write_text(dir.file("model.safetensors.index.json"), R"({"weight_map":{"x":"../etc.safetensors"}})");
+  write_text(dir.file("model.safetensors.index.json"),
+             R"({"weight_map":{"x":"../etc.safetensors"}})");
   expect_error([&] { Checkpoint::open(dir.str()); }, {"weight_map['x']", "plain file name"});
   write_text(dir.file("model.safetensors.index.json"), R"({"weight_map":{"x":"a","x":"b"}})");
   expect_error([&] { Checkpoint::open(dir.str()); }, {"duplicate key 'x'"});
@@ -238,16 +247,18 @@ TEST(MoeLoader, QuantizedBytesAgreeWithTheReferenceQuantizer) {
   MoeLayerConfig cfg = small_config("qwen3_moe");
   MoeWeights master = random_master_weights(cfg, seed);
   testing::TempDir dir;
-  write_text(dir.file("config.json"), config_json("qwen3_moe", R"({"quant_method":"modelopt","quant_algo":"NVFP4"})"));
+  write_text(dir.file("config.json"),
+             config_json("qwen3_moe", R"({"quant_method":"modelopt","quant_algo":"NVFP4"})"));
   MoeWeights q = quantize_for_checkpoint(master, CheckpointFormat::kModelOptNVFP4);
-  write_safetensors(dir.file("model.safetensors"),
-                    named_views(export_moe_layer(q, random_router_weights(cfg, seed),
-                                                 CheckpointFormat::kModelOptNVFP4, 0,
-                                                 ExpertNaming::kQwen)));
+  write_safetensors(
+      dir.file("model.safetensors"),
+      named_views(export_moe_layer(q, random_router_weights(cfg, seed),
+                                   CheckpointFormat::kModelOptNVFP4, 0, ExpertNaming::kQwen)));
   MoeLayer layer = load_moe_layer(dir.str(), 0);
   const std::int64_t rows = 2 * cfg.intermediate_size, h = cfg.hidden_size;
   for (int e = 0; e < cfg.num_experts; ++e) {
-    TensorView x(master.w13.values.ptr<std::uint16_t>() + e * rows * h, DType::kBF16, Shape{rows, h});
+    TensorView x(master.w13.values.ptr<std::uint16_t>() + e * rows * h, DType::kBF16,
+                 Shape{rows, h});
     float amax = 0;
     for (std::int64_t k = 0; k < rows * h; ++k) {
       std::uint32_t u = static_cast<std::uint32_t>(x.ptr<std::uint16_t>()[k]) << 16;
@@ -263,10 +274,14 @@ TEST(MoeLoader, QuantizedBytesAgreeWithTheReferenceQuantizer) {
     QuantizedTensor ref = quantize(x, nv, gs_t.view());
     EXPECT_EQ(std::memcmp(ref.values.data(),
                           layer.weights.w13.values.ptr<std::uint8_t>() + e * rows * h / 2,
-                          ref.values.nbytes()), 0) << "expert " << e;
+                          ref.values.nbytes()),
+              0)
+        << "expert " << e;
     EXPECT_EQ(std::memcmp(ref.scales.data(),
                           layer.weights.w13.scales.ptr<std::uint8_t>() + e * rows * h / 16,
-                          ref.scales.nbytes()), 0) << "expert " << e;
+                          ref.scales.nbytes()),
+              0)
+        << "expert " << e;
     EXPECT_EQ(layer.weights.w13.global_scale.ptr<float>()[e], gs);
   }
   EXPECT_FALSE(layer.weights.a13_scale.defined());  // no input scales were written

@@ -1,6 +1,8 @@
 // quantize_checkpoint: bf16 checkpoint -> every quantized format -> load_moe_layer gives what the
 // reference quantizer produces from the same bf16 weights; pass-through tensors survive; the
 // CPU reference layer gives the same output on the loaded layer as on the in-memory one.
+#include "moekit/io/quantize_checkpoint.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "io/io_test_util.hpp"
 #include "moekit/io/moe_export.hpp"
-#include "moekit/io/quantize_checkpoint.hpp"
 #include "moekit/moe/random_weights.hpp"
 #include "moekit/moe/reference.hpp"
 
@@ -44,11 +45,13 @@ TEST_P(QuantizeCheckpoint, RoundTripsThroughTheLoader) {
   RouterWeights router = random_router_weights(cfg, seed + 1);
 
   testing::TempDir in, out, side;
-  write_text(in.file("config.json"),
-             R"({"model_type":"mixtral","num_hidden_layers":2,"hidden_size":64,"num_local_experts":4,)"
-             R"("num_experts_per_tok":2,"intermediate_size":128})");
+  write_text(
+      in.file("config.json"),
+      R"({"model_type":"mixtral","num_hidden_layers":2,"hidden_size":64,"num_local_experts":4,)"
+      R"("num_experts_per_tok":2,"intermediate_size":128})");
   write_text(in.file("tokenizer.json"), "{}");
-  auto tensors = export_moe_layer(master, router, CheckpointFormat::kBF16, 1, ExpertNaming::kMixtral);
+  auto tensors =
+      export_moe_layer(master, router, CheckpointFormat::kBF16, 1, ExpertNaming::kMixtral);
   Tensor embed = random_hidden_states(10, 64, DType::kBF16, seed + 2);
   tensors.push_back({"model.embed_tokens.weight", std::move(embed), ""});
   write_safetensors(in.file("model.safetensors"), named_views(tensors));
@@ -97,7 +100,8 @@ TEST_P(QuantizeCheckpoint, RoundTripsThroughTheLoader) {
   auto ck = Checkpoint::open(out.str());
   EXPECT_TRUE(ck.contains("model.embed_tokens.weight"));
   EXPECT_EQ(std::memcmp(ck.view("model.embed_tokens.weight").data, tensors.back().tensor.data(),
-                        tensors.back().tensor.nbytes()), 0);
+                        tensors.back().tensor.nbytes()),
+            0);
   EXPECT_TRUE(std::ifstream(out.file("tokenizer.json")).good());
   EXPECT_EQ(std::ifstream(out.file("hf_quant_config.json")).good(),
             format == CheckpointFormat::kModelOptNVFP4);
@@ -115,13 +119,16 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantizeCheckpoint,
                          ::testing::Values(CheckpointFormat::kModelOptNVFP4,
                                            CheckpointFormat::kCompressedTensorsNVFP4,
                                            CheckpointFormat::kMXFP4, CheckpointFormat::kFP8Block),
-                         [](const auto& info) { return std::string(checkpoint_format_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(checkpoint_format_name(info.param));
+                         });
 
 TEST(QuantizeCheckpointErrors, RejectsBadRequests) {
   testing::TempDir in, out;
-  write_text(in.file("config.json"),
-             R"({"model_type":"mixtral","num_hidden_layers":1,"hidden_size":64,"num_local_experts":2,)"
-             R"("num_experts_per_tok":1,"intermediate_size":96})");
+  write_text(
+      in.file("config.json"),
+      R"({"model_type":"mixtral","num_hidden_layers":1,"hidden_size":64,"num_local_experts":2,)"
+      R"("num_experts_per_tok":1,"intermediate_size":96})");
   QuantizeCheckpointOptions o;
   o.format = CheckpointFormat::kBF16;
   expect_error([&] { quantize_checkpoint(in.str(), out.str(), o); }, {"format", "got bf16"});

@@ -1,10 +1,11 @@
 // Replay files: inputs read with their optional parts, outputs written, every shape mismatch named.
+#include "moekit/io/replay.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "io/io_test_util.hpp"
-#include "moekit/io/replay.hpp"
 #include "moekit/io/safetensors.hpp"
 
 namespace moekit::io {
@@ -27,10 +28,11 @@ TEST(Replay, ReadsInputsWithRoutingAndWritesOutputs) {
   for (int i = 0; i < 6; ++i) ids.ptr<std::int64_t>()[i] = i % 4;
   Tensor w(DType::kBF16, Shape{3, 2});
   for (int i = 0; i < 6; ++i) w.ptr<std::uint16_t>()[i] = 0x3F80;  // 1.0
-  write_safetensors(dir.file("in.safetensors"), {{"hidden_states", h.view()},
-                                                 {"router_logits", logits.view()},
-                                                 {"topk_ids", ids.view()},
-                                                 {"topk_weights", w.view()}},
+  write_safetensors(dir.file("in.safetensors"),
+                    {{"hidden_states", h.view()},
+                     {"router_logits", logits.view()},
+                     {"topk_ids", ids.view()},
+                     {"topk_weights", w.view()}},
                     {TensorOrder::kAlignment, {{"source", "test"}}});
   ReplayInputs in = read_replay_inputs(dir.file("in.safetensors"), 8, 4);
   EXPECT_EQ(in.num_tokens(), 3);
@@ -81,18 +83,25 @@ TEST(Replay, RejectsInconsistentFiles) {
   expect_error([&] { read_replay_inputs(p); }, {"tensor 'topk_weights'", "come together"});
   ids.ptr<std::int32_t>()[3] = 4;
   Tensor w = Tensor::zeros(DType::kF32, Shape{2, 2});
-  write_safetensors(p, {{"hidden_states", h.view()}, {"topk_ids", ids.view()}, {"topk_weights", w.view()}});
-  expect_error([&] { read_replay_inputs(p, 8, 4); }, {"tensor 'topk_ids' element 3", "in [0, 4)", "got 4"});
+  write_safetensors(
+      p, {{"hidden_states", h.view()}, {"topk_ids", ids.view()}, {"topk_weights", w.view()}});
+  expect_error([&] { read_replay_inputs(p, 8, 4); },
+               {"tensor 'topk_ids' element 3", "in [0, 4)", "got 4"});
   Tensor w3 = Tensor::zeros(DType::kF32, Shape{2, 3});
   ids.ptr<std::int32_t>()[3] = 0;
-  write_safetensors(p, {{"hidden_states", h.view()}, {"topk_ids", ids.view()}, {"topk_weights", w3.view()}});
+  write_safetensors(
+      p, {{"hidden_states", h.view()}, {"topk_ids", ids.view()}, {"topk_weights", w3.view()}});
   expect_error([&] { read_replay_inputs(p, 8, 4); }, {"tensor 'topk_weights' shape", "[2, 2]"});
   Tensor u8 = Tensor::zeros(DType::kU8, Shape{2, 8});
   write_safetensors(p, {{"hidden_states", u8.view()}});
   expect_error([&] { read_replay_inputs(p); }, {"tensor 'hidden_states' dtype", "got u8"});
   expect_error([&] { write_replay_outputs(dir.file("o"), u8.view()); }, {"output dtype", "got u8"});
-  expect_error([&] { write_replay_outputs(dir.file("o"), h.view(), Tensor::zeros(DType::kI32, Shape{3, 2}).view()); },
-               {"topk_ids shape", "[2, k]"});
+  expect_error(
+      [&] {
+        write_replay_outputs(dir.file("o"), h.view(),
+                             Tensor::zeros(DType::kI32, Shape{3, 2}).view());
+      },
+      {"topk_ids shape", "[2, k]"});
 }
 
 }  // namespace

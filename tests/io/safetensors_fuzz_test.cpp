@@ -39,12 +39,42 @@ std::vector<Bytes> load_corpus() {
   return out;
 }
 
-const char* const kTokens[] = {
-    "{", "}", "[", "]", ",", ":", "\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"",
-    "\"__metadata__\"", "\"F32\"", "\"BF16\"", "\"F4\"", "\"U8\"", "\"F8_E4M3\"", "\"I64\"",
-    "\"BOOL\"", "\"x\"", "0", "1", "-1", "4", "8", "1.5", "1e3", "4294967296",
-    "9223372036854775807", "18446744073709551615", "18446744073709551616",
-    "99999999999999999999999999", "null", "true", "\"\\u0000\"", "\"\\ud800\"", " "};
+const char* const kTokens[] = {"{",
+                               "}",
+                               "[",
+                               "]",
+                               ",",
+                               ":",
+                               "\"",
+                               "\"dtype\"",
+                               "\"shape\"",
+                               "\"data_offsets\"",
+                               "\"__metadata__\"",
+                               "\"F32\"",
+                               "\"BF16\"",
+                               "\"F4\"",
+                               "\"U8\"",
+                               "\"F8_E4M3\"",
+                               "\"I64\"",
+                               "\"BOOL\"",
+                               "\"x\"",
+                               "0",
+                               "1",
+                               "-1",
+                               "4",
+                               "8",
+                               "1.5",
+                               "1e3",
+                               "4294967296",
+                               "9223372036854775807",
+                               "18446744073709551615",
+                               "18446744073709551616",
+                               "99999999999999999999999999",
+                               "null",
+                               "true",
+                               "\"\\u0000\"",
+                               "\"\\ud800\"",
+                               " "};
 
 std::uint64_t pick(std::mt19937_64& rng, std::uint64_t n) { return n ? rng() % n : 0; }
 
@@ -94,8 +124,8 @@ Bytes mutate(const Bytes& seed, std::mt19937_64& rng) {
         if (!b.empty()) b[pick(rng, b.size())] ^= static_cast<std::uint8_t>(1u << pick(rng, 8));
         break;
       case 1: {  // interesting byte
-        const std::uint8_t v[] = {'{', '}', '"', ':', ',', '[', ']', '-', '0', '9', 0, 0xff, 0x80,
-                                  '\\', ' '};
+        const std::uint8_t v[] = {'{', '}', '"', ':',  ',',  '[',  ']', '-',
+                                  '0', '9', 0,   0xff, 0x80, '\\', ' '};
         if (!b.empty()) b[pick(rng, b.size())] = v[pick(rng, std::size(v))];
         break;
       }
@@ -110,8 +140,8 @@ Bytes mutate(const Bytes& seed, std::mt19937_64& rng) {
         if (b.size() < 8) break;
         std::uint64_t n = 0;
         std::memcpy(&n, b.data(), 8);
-        const std::uint64_t choices[] = {0, 1, 2, n + 1, n - 1, n + 8, b.size() - 8, b.size(),
-                                         ~0ull, 1ull << 40, 100'000'001};
+        const std::uint64_t choices[] = {
+            0, 1, 2, n + 1, n - 1, n + 8, b.size() - 8, b.size(), ~0ull, 1ull << 40, 100'000'001};
         n = choices[pick(rng, std::size(choices))];
         std::memcpy(b.data(), &n, 8);
         break;
@@ -123,8 +153,9 @@ Bytes mutate(const Bytes& seed, std::mt19937_64& rng) {
         std::size_t end = start;
         while (end < b.size() && b[end] >= '0' && b[end] <= '9') ++end;
         if (start == end) break;
-        const char* nums[] = {"0", "-1", "4294967296", "18446744073709551615",
-                              "18446744073709551616", "1.5", "1e5", "9223372036854775808"};
+        const char* nums[] = {
+            "0",   "-1",  "4294967296",         "18446744073709551615", "18446744073709551616",
+            "1.5", "1e5", "9223372036854775808"};
         std::string s = nums[pick(rng, std::size(nums))];
         b.erase(b.begin() + static_cast<std::ptrdiff_t>(start),
                 b.begin() + static_cast<std::ptrdiff_t>(end));
@@ -204,8 +235,8 @@ TEST(SafetensorsFuzz, HeaderParserOnlyThrowsMoekitError) {
   RecordProperty("accepted", std::to_string(accepted));
   std::printf("[ fuzz     ] %ld cases, %ld accepted (seed %llu)\n", cases, accepted,
               static_cast<unsigned long long>(seed));
-  EXPECT_GT(cases, 1000);   // the budget really ran
-  EXPECT_GT(accepted, 0);   // mutations do reach the success path
+  EXPECT_GT(cases, 1000);  // the budget really ran
+  EXPECT_GT(accepted, 0);  // mutations do reach the success path
 }
 
 TEST(SafetensorsFuzz, CorpusSeedsParseAsLabelled) {

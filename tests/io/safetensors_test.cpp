@@ -1,5 +1,7 @@
 // Safetensors reader/writer: malformed headers (each with its specific message), round trips of
 // every dtype, the exact byte layout the writer produces.
+#include "moekit/io/safetensors.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "io/io_test_util.hpp"
-#include "moekit/io/safetensors.hpp"
 
 namespace moekit::io {
 namespace {
@@ -60,8 +61,11 @@ TEST(SafetensorsReader, EmptyHeaderAndEmptyTensors) {
 }
 
 TEST(SafetensorsReader, RejectsShortFile) {
-  expect_error([] { SafetensorsFile::from_bytes({1, 2, 3}, "bad.safetensors"); },
-               {"bad.safetensors", "file size", ">= 8 bytes", "got 3 bytes"});
+  expect_error(
+      [] {
+        SafetensorsFile::from_bytes({1, 2, 3}, "bad.safetensors");
+      },
+      {"bad.safetensors", "file size", ">= 8 bytes", "got 3 bytes"});
   expect_error([] { SafetensorsFile::from_bytes({}, "bad.safetensors"); }, {"file size", "got 0"});
 }
 
@@ -73,9 +77,7 @@ TEST(SafetensorsReader, RejectsHeaderLengthBeyondFile) {
 
 TEST(SafetensorsReader, RejectsAbsurdHeaderLength) {
   expect_error(
-      [] {
-        SafetensorsFile::from_bytes(raw_safetensors("{}", 0, 200'000'000), "bad.safetensors");
-      },
+      [] { SafetensorsFile::from_bytes(raw_safetensors("{}", 0, 200'000'000), "bad.safetensors"); },
       {"header length", "<= 100000000", "got 200000000"});
   expect_error(
       [] { SafetensorsFile::from_bytes(raw_safetensors("{}", 0, ~0ull - 1), "bad.safetensors"); },
@@ -173,8 +175,8 @@ TEST(SafetensorsReader, RejectsByteCountMismatch) {
 TEST(SafetensorsReader, RejectsNegativeAndOverflowingDims) {
   expect_bad(R"({"a":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,0]}})", 0,
              {"tensor 'a' shape[1]", ">= 0", "got -1"});
-  expect_bad(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})",
-             0, {"tensor 'a' shape", "fits in 64 bits"});
+  expect_bad(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", 0,
+             {"tensor 'a' shape", "fits in 64 bits"});
   expect_bad(R"({"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", 0,
              {"tensor 'a' shape[0]", "<= 2^63-1"});
   expect_bad(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1],"data_offsets":[0,1]}})", 1,
@@ -296,28 +298,41 @@ TEST(SafetensorsWriter, DtypeOverride) {
   EXPECT_EQ(f.info("scales").dtype, "U8");
   EXPECT_EQ(f.view("scales").dtype, DType::kU8);
   expect_error(
-      [&] { serialize_safetensors({{"scales", TensorView(s, DType::kE8M0, Shape{4}), "BF16"}}); },
+      [&] {
+        serialize_safetensors({{"scales", TensorView(s, DType::kE8M0, Shape{4}), "BF16"}});
+      },
       {"tensor 'scales' dtype", "element size (1 bytes)", "BF16"});
   expect_error(
-      [&] { serialize_safetensors({{"scales", TensorView(s, DType::kE8M0, Shape{4}), "X"}}); },
+      [&] {
+        serialize_safetensors({{"scales", TensorView(s, DType::kE8M0, Shape{4}), "X"}});
+      },
       {"tensor 'scales' dtype", "one of BOOL"});
 }
 
 TEST(SafetensorsWriter, RejectsBadInput) {
   float v[4] = {};
   TensorView ok(v, DType::kF32, Shape{4});
-  expect_error([&] { serialize_safetensors({{"a", ok}, {"a", ok}}); },
-               {"write_safetensors", "tensor 'a'", "unique name"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"a", ok}, {"a", ok}});
+      },
+      {"write_safetensors", "tensor 'a'", "unique name"});
   expect_error([&] { serialize_safetensors({{"", ok}}); }, {"tensor name", "non-empty"});
-  expect_error([&] { serialize_safetensors({{"__metadata__", ok}}); },
-               {"tensor name", "not __metadata__"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"__metadata__", ok}});
+      },
+      {"tensor name", "not __metadata__"});
   TensorView strided(v, DType::kF32, Shape{2}, Shape{2}, Device::host());
   expect_error([&] { serialize_safetensors({{"s", strided}}); }, {"tensor 's'", "contiguous"});
   TensorView dev(v, DType::kF32, Shape{4}, Device::cuda(0));
   expect_error([&] { serialize_safetensors({{"d", dev}}); }, {"tensor 'd' device", "host"});
   expect_error([&] { serialize_safetensors({{"bad\xff", ok}}); }, {"valid UTF-8"});
-  expect_error([&] { write_safetensors("/nonexistent/dir/x.safetensors", {{"a", ok}}); },
-               {"cannot create", "/nonexistent/dir/x.safetensors"});
+  expect_error(
+      [&] {
+        write_safetensors("/nonexistent/dir/x.safetensors", {{"a", ok}});
+      },
+      {"cannot create", "/nonexistent/dir/x.safetensors"});
 }
 
 }  // namespace

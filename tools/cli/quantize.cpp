@@ -43,8 +43,8 @@ void progress_bar(int done, int total, int layer) {
   constexpr int kWidth = 30;
   const int filled = total ? done * kWidth / total : kWidth;
   std::fprintf(stderr, "\r[%.*s%.*s] %d/%d layers (layer %d)", filled,
-               "##############################", kWidth - filled,
-               "..............................", done, total, layer);
+               "##############################", kWidth - filled, "..............................",
+               done, total, layer);
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
 }

@@ -36,15 +36,18 @@ enum class GroupedGemmType : std::uint8_t {
 std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 
 // Kernel config (tiles) of a launch. kWide: 128-row tiles (bf16 128x256x64, fp8 128x128x128,
-// cooperative) for experts with many rows; kNarrow: 64x128 tiles (ping-pong) for few rows per
-// expert (decode; many-expert prefill). kAuto picks kWide when the average rows per expert that
-// can hold rows, max_rows / min(E, max_rows), is >= kWideMinRowsPerExpert (host-known: the choice
-// never depends on the routing, so a captured graph stays valid).
+// cooperative); kNarrow: 64x128 tiles (ping-pong). kAuto picks kWide when the average rows per
+// expert that can hold rows, max_rows / min(E, max_rows), is >= wide_min_rows_per_expert(type)
+// (host-known: the choice never depends on the routing, so a captured graph stays valid). The
+// thresholds come from H200 measurements (bench/RESULTS.md, run 2): bf16 narrow wins at decode
+// (<= 16 rows per expert measured) and loses badly at 128, fp8 narrow wins up to 512.
 enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow };
-constexpr std::int64_t kWideMinRowsPerExpert = 256;
+constexpr std::int64_t wide_min_rows_per_expert(GroupedGemmType t) {
+  return t == GroupedGemmType::kBF16 ? 64 : 1024;
+}
 std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow"
-GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmConfig c, int num_experts,
-                                              std::int64_t max_rows);
+GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
+                                              int num_experts, std::int64_t max_rows);
 
 // True when the kernels were compiled in (CUDA backend with CUTLASS headers).
 bool grouped_gemm_available(GroupedGemmType t);

@@ -47,7 +47,7 @@ enum class CheckpointFormat : std::uint8_t {
   kFP8Block,
 };
 std::string_view checkpoint_format_name(CheckpointFormat f);  // "bf16", "modelopt_nvfp4",
-                                                               // "ct_nvfp4", "mxfp4", "fp8_block"
+                                                              // "ct_nvfp4", "mxfp4", "fp8_block"
 CheckpointFormat parse_checkpoint_format(std::string_view name);
 
 // How to treat calibrated input scales that differ across experts (or gate/up).

@@ -34,7 +34,7 @@ struct QuantizeCheckpointOptions {
 };
 
 struct QuantizeCheckpointResult {
-  std::vector<int> layers;       // the MoE layers quantized
+  std::vector<int> layers;  // the MoE layers quantized
   std::size_t tensors_written = 0;
   std::size_t passthrough_tensors = 0;
 };

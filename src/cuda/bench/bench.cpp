@@ -279,7 +279,10 @@ void run_bench(const BenchOptions& o) {
         const auto gemm_cfg = cfg_env && std::string(cfg_env) == "wide" ? gemm::GroupedGemmConfig::kWide
                               : cfg_env && std::string(cfg_env) == "narrow"
                                   ? gemm::GroupedGemmConfig::kNarrow
-                                  : gemm::resolve_grouped_gemm_config(gemm::GroupedGemmConfig::kAuto, e, r);
+                                  : gemm::resolve_grouped_gemm_config(
+                                        sch.fp8_peak ? gemm::GroupedGemmType::kFP8Block128
+                                                     : gemm::GroupedGemmType::kBF16,
+                                        gemm::GroupedGemmConfig::kAuto, e, r);
         if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
         json row = {{"preset", preset_name}, {"quant", qname}, {"backend", backend},
                     {"tokens", m}, {"distinct_experts", distinct}, {"command", cmd},

@@ -27,11 +27,11 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c) {
   return "?";
 }
 
-GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmConfig c, int num_experts,
-                                              std::int64_t max_rows) {
+GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
+                                              int num_experts, std::int64_t max_rows) {
   if (c != GroupedGemmConfig::kAuto) return c;
   const std::int64_t holders = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
-  return max_rows / holders >= kWideMinRowsPerExpert ? GroupedGemmConfig::kWide
+  return max_rows / holders >= wide_min_rows_per_expert(t) ? GroupedGemmConfig::kWide
                                                      : GroupedGemmConfig::kNarrow;
 }
 
@@ -104,7 +104,7 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
   if (a.max_rows == 0) return;
 #if MOEKIT_WITH_CUTLASS
   const bool wide =
-      resolve_grouped_gemm_config(a.config, a.num_experts, a.max_rows) == GroupedGemmConfig::kWide;
+      resolve_grouped_gemm_config(t, a.config, a.num_experts, a.max_rows) == GroupedGemmConfig::kWide;
   if (fp8) {
     wide ? detail::fp8_block_wide_grouped_gemm_run(a) : detail::fp8_block_narrow_grouped_gemm_run(a);
   } else {

@@ -266,16 +266,19 @@ TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
 
 TEST(GroupedGemmConfig, AutoPicksWideOnlyForManyRowsPerExpert) {
   using gemm::GroupedGemmConfig;
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 8192),
-            GroupedGemmConfig::kWide);  // mixtral prefill: 1024 rows per expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 256, 32768),
-            GroupedGemmConfig::kNarrow);  // deepseek-v3 prefill: 128 rows per expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 2),
-            GroupedGemmConfig::kNarrow);  // decode
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kAuto, 8, 0),
-            GroupedGemmConfig::kNarrow);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(GroupedGemmConfig::kNarrow, 8, 8192),
-            GroupedGemmConfig::kNarrow);
+  const auto bf16 = GroupedGemmType::kBF16, fp8 = GroupedGemmType::kFP8Block128;
+  const auto a = GroupedGemmConfig::kAuto, wide = GroupedGemmConfig::kWide,
+             narrow = GroupedGemmConfig::kNarrow;
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 8192), wide);      // 1024 rows/expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 8, 8192), wide);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 256, 32768), wide);   // 128 rows/expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 256, 32768), narrow);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 256), narrow);     // 32 rows/expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 512), wide);       // 64 rows/expert
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 2), narrow);       // decode
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 8, 0), narrow);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, wide, 8, 2), wide);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GroupedGemm,
