@@ -2,17 +2,26 @@
 #include "moekit/moe/run_job.hpp"
 
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cpu/moe/naive_reference.hpp"
+#include "moekit/io/moe_loader.hpp"
+#include "moekit/io/replay.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/parallel.hpp"
 #include "moekit/moe/random_weights.hpp"
+#include "moekit/oracle/oracle.hpp"
 #include "moekit/quant/scheme.hpp"
 #include "moekit/routing/routing.hpp"
+#if MOEKIT_WITH_CUDA
+#include "moekit/routing/route_cuda.hpp"
+#endif
 
 namespace moekit {
 
@@ -44,9 +53,78 @@ QuantConfig parse_weight_quant(const std::string& text) {
   return q;
 }
 
+// The CUDA backends `moekit run` can execute (when registered with the oracle), best first.
+constexpr Backend kRunCudaBackends[] = {Backend::kCudaW4A16Grouped, Backend::kCudaFp8BlockGrouped,
+                                        Backend::kCudaBf16Grouped};
+
+std::optional<Backend> run_cuda_backend(std::string_view name) {
+  for (Backend b : kRunCudaBackends)
+    if (name == moe_backend_name(b)) return b;
+  return std::nullopt;
+}
+
+#if MOEKIT_WITH_CUDA
+// The whole layer on the GPU through the oracle's kernel (CUDA NoEP prepare/finalize + the
+// backend's experts, routing on the device with route_cuda): inputs and weights are copied to
+// device 0, the bf16 output back into out [M, H] f32. copy() is synchronous, so the final copy
+// waits for the layer (default stream).
+void run_layer_on_cuda(Backend backend, const LayerRunInputs& in, const TensorView& out) {
+  const MoeLayerConfig& c = *in.config;
+  const std::int64_t m = in.hidden_states.size(0), h = c.hidden_size;
+  MoeProblem p;
+  p.num_tokens = m;
+  p.layer = c;
+  p.weight_quant = in.weights->quant;
+  p.activation_quant = in.options.numerics == MoeNumerics::kWeightOnly
+                           ? QuantConfig{}
+                           : in.options.activation_quant.value_or(
+                                 default_activation_quant(in.weights->quant.scheme));
+  p.activation_dtype = DType::kBF16;
+  FusedMoEKernel kernel = make_moe_kernel(backend, p);
+  kernel.set_router(route_cuda);
+  kernel.prepare(p, *in.weights);
+  const Device gpu = Device::cuda(0);
+  Tensor x(DType::kBF16, in.hidden_states.shape, gpu), logits;
+  copy(x, in.hidden_states);
+  if (in.router_logits.defined()) {
+    logits = Tensor(in.router_logits.dtype, in.router_logits.shape, gpu);
+    copy(logits, in.router_logits);
+  }
+  Tensor bias;
+  if (in.correction_bias.defined()) {
+    bias = Tensor(in.correction_bias.dtype, in.correction_bias.shape, gpu);
+    copy(bias, in.correction_bias);
+  }
+  Tensor y(DType::kBF16, Shape{m, h}, gpu);
+  if (in.topk_ids.defined()) {  // precomputed routing (replay files)
+    Tensor ids(DType::kI32, in.topk_ids.shape, gpu), wts(DType::kF32, in.topk_weights.shape, gpu);
+    copy(ids, in.topk_ids);
+    copy(wts, in.topk_weights);
+    kernel.apply(x, ids, wts, y);
+  } else {
+    kernel.apply_logits(x, logits, y, bias);
+  }
+  Tensor host(DType::kBF16, Shape{m, h});
+  copy(host, y);
+  const std::uint16_t* src = host.ptr<std::uint16_t>();
+  float* dst = static_cast<float*>(out.data);
+  for (std::int64_t i = 0; i < m * h; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(src[i]) << 16;
+    std::memcpy(&dst[i], &u, sizeof(u));
+  }
+}
+#endif
+
 }  // namespace
 
-std::vector<std::string> run_backend_names() { return {"reference"}; }
+std::vector<std::string> run_backend_names() {
+  // "reference" first: resolve_run_backend("auto") without a problem stays on the CPU; run_job()
+  // resolves "auto" through the oracle (select_backend_for_run), which orders by its priority.
+  std::vector<std::string> names = {"reference"};
+  for (Backend b : kRunCudaBackends)
+    if (BackendRegistry::instance().compiled_in(b)) names.emplace_back(moe_backend_name(b));
+  return names;
+}
 
 std::string resolve_run_backend(std::string_view requested) {
   const std::vector<std::string> names = run_backend_names();
@@ -63,6 +141,13 @@ double run_error_bound(std::string_view backend, MoeNumerics numerics) {
   // reference: fp32 accumulation vs float64 (w4a16); with activation-quant emulation the fp32
   // and float64 intermediates may round to different FP4/FP8 codes at a few elements.
   if (backend == "reference") return numerics == MoeNumerics::kWeightOnly ? 1e-5 : 2e-3;
+  // CUDA backends (bounds as in tests/cuda/layer/cuda_layer_test.cpp): bf16 inputs and weights
+  // exact in bf16, with the GEMM1/activation output, each expert output and the sum rounded to
+  // bf16 (a few 2^-9 roundings): 1e-2. fp8_block re-quantizes the bf16-rounded intermediate to
+  // e4m3 1x128 groups, moving elements near a rounding boundary by one e4m3 ulp vs the float64
+  // emulation: 5e-2.
+  if (const auto b = run_cuda_backend(backend))
+    return *b == Backend::kCudaFp8BlockGrouped ? 5e-2 : 1e-2;
   throw_arg_error("run_error_bound", "backend", "a name from run_backend_names()",
                   std::string(backend));
 }
@@ -71,9 +156,20 @@ void run_layer_on_backend(std::string_view backend, const LayerRunInputs& in,
                           const TensorView& out) {
   MOEKIT_CHECK_ARG(in.config && in.weights, "inputs", "config and weights set", "null");
   if (backend == "reference") {
-    moe_reference(in.hidden_states, in.router_logits, in.correction_bias, *in.config, *in.weights,
-                  out, in.options);
+    if (in.topk_ids.defined()) {
+      moe_reference_routed(in.hidden_states, in.topk_ids, in.topk_weights, *in.config,
+                           *in.weights, out, in.options);
+    } else {
+      moe_reference(in.hidden_states, in.router_logits, in.correction_bias, *in.config,
+                    *in.weights, out, in.options);
+    }
     return;
+  }
+  if (const auto b = run_cuda_backend(backend)) {
+#if MOEKIT_WITH_CUDA
+    run_layer_on_cuda(*b, in, out);
+    return;
+#endif
   }
   // Backends added to run_backend_names() are dispatched here.
   throw_arg_error("run_layer_on_backend", "backend", "a name from run_backend_names()",
@@ -90,36 +186,89 @@ RunJobReport run_job(const RunJobOptions& options) {
   MOEKIT_CHECK_ARG(options.num_experts >= 0, "--experts", ">= 0 (0 = the preset's)",
                    options.num_experts);
   const MoeNumerics numerics = parse_numerics(options.mode);
-  const QuantConfig quant = parse_weight_quant(options.quant);
-  const std::string backend = resolve_run_backend(options.backend);
-  MoeLayerConfig config = layer_preset(options.preset);
-  if (options.hidden_size || options.intermediate_size || options.num_experts)
-    config = scaled_layer_config(config, options.hidden_size, options.intermediate_size,
-                                 options.num_experts);
+  // "auto": the oracle picks among the backends run_job executes (MOEKIT_BACKEND applies, as in
+  // `moekit run`); on a machine without a GPU the CUDA backends are refused and the CPU runs.
+  // --quant is validated first so that a bad value gets run's message naming the flag.
+  if (options.checkpoint.empty()) (void)parse_weight_quant(options.quant);
+  const std::string backend =
+      options.backend == "auto" && options.checkpoint.empty()
+          ? run_backend_for(select_backend_for_run(
+                                cli_problem(options.preset, options.quant, options.tokens,
+                                            options.mode, 1, false, options.hidden_size,
+                                            options.intermediate_size, options.num_experts),
+                                DeviceCapabilities::detect(), "", run_backend_names())
+                                .backend)
+          : resolve_run_backend(options.backend);
+  MOEKIT_CHECK_ARG(options.checkpoint.empty() || options.layer >= 0, "--layer",
+                   ">= 0 with --checkpoint", options.layer);
+  MOEKIT_CHECK_ARG(!options.checkpoint.empty() || options.layer < 0, "--checkpoint",
+                   "a checkpoint directory when --layer is given", "none");
 
-  const double weight_elems = double(config.num_experts) * double(config.hidden_size) *
-                              double(config.intermediate_size) *
-                              (is_gated(config.activation.kind) ? 3 : 2);
-  if (weight_elems * kHostBytesPerWeight > kHostLimitBytes) {
-    std::ostringstream os;
-    os << "run: preset " << config.name << " needs about "
-       << std::lround(weight_elems * kHostBytesPerWeight / (1u << 30))
-       << " GiB of host memory to generate and check its weights (limit "
-       << std::lround(kHostLimitBytes / (1u << 30))
-       << " GiB); scale it down with --hidden / --intermediate / --experts";
-    throw Error(os.str());
+  // The layer: a real one from a checkpoint, or a preset with deterministic random weights.
+  MoeLayerConfig config;
+  MoeWeights weights;
+  RouterWeights router;
+  QuantConfig quant;
+  if (!options.checkpoint.empty()) {
+    io::MoeLoadOptions load_options;
+    load_options.input_scales = io::InputScalePolicy::kMax;  // per-expert calibration is common
+    io::MoeLayer loaded = io::load_moe_layer(options.checkpoint, options.layer, load_options);
+    config = std::move(loaded.config);
+    weights = std::move(loaded.weights);
+    router = std::move(loaded.router);
+    quant = weights.quant;
+  } else {
+    quant = parse_weight_quant(options.quant);
+    config = layer_preset(options.preset);
+    if (options.hidden_size || options.intermediate_size || options.num_experts)
+      config = scaled_layer_config(config, options.hidden_size, options.intermediate_size,
+                                   options.num_experts);
+    const double weight_elems = double(config.num_experts) * double(config.hidden_size) *
+                                double(config.intermediate_size) *
+                                (is_gated(config.activation.kind) ? 3 : 2);
+    if (weight_elems * kHostBytesPerWeight > kHostLimitBytes) {
+      std::ostringstream os;
+      os << "run: preset " << config.name << " needs about "
+         << std::lround(weight_elems * kHostBytesPerWeight / (1u << 30))
+         << " GiB of host memory to generate and check its weights (limit "
+         << std::lround(kHostLimitBytes / (1u << 30))
+         << " GiB); scale it down with --hidden / --intermediate / --experts";
+      throw Error(os.str());
+    }
+    weights = random_moe_weights(config, quant, options.seed);
+    router = random_router_weights(config, options.seed + 1);
   }
 
-  const MoeWeights weights = random_moe_weights(config, quant, options.seed);
-  const RouterWeights router = random_router_weights(config, options.seed + 1);
-  const Tensor hidden =
-      random_hidden_states(options.tokens, config.hidden_size, DType::kBF16, options.seed + 2);
-  const Tensor logits = router_logits_reference(hidden, router);
+  // The inputs: a replay file, or random hidden states; routing from the file when it has it.
+  Tensor hidden, logits, given_ids, given_weights;
+  if (!options.input.empty()) {
+    io::ReplayInputs replay =
+        io::read_replay_inputs(options.input, config.hidden_size, config.num_experts);
+    hidden = std::move(replay.hidden_states);
+    given_ids = std::move(replay.topk_ids);
+    given_weights = std::move(replay.topk_weights);
+    if (given_ids.defined()) {
+      MOEKIT_CHECK_ARG(given_ids.shape()[1] == config.top_k(), "topk_ids (--input) columns",
+                       config.top_k(), given_ids.shape()[1]);
+    } else if (replay.router_logits.defined()) {
+      logits = std::move(replay.router_logits);
+    }
+  } else {
+    hidden = random_hidden_states(options.tokens, config.hidden_size, DType::kBF16,
+                                  options.seed + 2);
+  }
+  const std::int64_t tokens = hidden.shape()[0];
+  if (!given_ids.defined() && !logits.defined()) {
+    MOEKIT_CHECK(router.weight.defined(), "run: the layer has no router weight and ",
+                 options.input.empty() ? "no replay file" : options.input,
+                 " has neither router_logits nor topk_ids/topk_weights");
+    logits = router_logits_reference(hidden, router);
+  }
 
   RunJobReport r;
   r.layer = config.str();
   r.preset = config.name;
-  r.tokens = options.tokens;
+  r.tokens = tokens;
   r.num_experts = config.num_experts;
   r.top_k = config.top_k();
   r.hidden_size = config.hidden_size;
@@ -140,14 +289,22 @@ RunJobReport run_job(const RunJobOptions& options) {
   in.hidden_states = hidden.view();
   in.router_logits = logits.view();
   in.correction_bias = router.correction_bias.view();
+  in.topk_ids = given_ids.view();
+  in.topk_weights = given_weights.view();
   in.options.numerics = numerics;
-  Tensor out(DType::kF32, Shape{options.tokens, config.hidden_size});
+  Tensor out(DType::kF32, Shape{tokens, config.hidden_size});
   const auto t_layer = std::chrono::steady_clock::now();
   run_layer_on_backend(backend, in, out);
   r.layer_ms = ms_since(t_layer);
 
   const auto t_ref = std::chrono::steady_clock::now();
-  const RoutingResult routing = route_reference(logits, router.correction_bias, config.routing);
+  RoutingResult routing;
+  if (given_ids.defined()) {
+    routing.topk_ids = std::move(given_ids);
+    routing.topk_weights = std::move(given_weights);
+  } else {
+    routing = route_reference(logits, router.correction_bias, config.routing);
+  }
   const std::vector<double> ref = cpu::moe_naive_reference(
       hidden, routing.topk_ids, routing.topk_weights, config, weights, in.options);
   r.reference_ms = ms_since(t_ref);
@@ -163,8 +320,17 @@ RunJobReport run_job(const RunJobOptions& options) {
   for (double v : ref) sq += v * v;
   r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
   // An all-zero reference for M > 0 would make the check vacuous: count it as a failure.
-  r.pass =
-      std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (options.tokens == 0 || sq > 0);
+  r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (tokens == 0 || sq > 0);
+  if (!options.output.empty()) {
+    std::map<std::string, std::string> meta{{"backend", backend}, {"quant", quant.str()},
+                                            {"layer", config.str()}};
+    if (!options.checkpoint.empty()) {
+      meta["checkpoint"] = options.checkpoint;
+      meta["layer_index"] = std::to_string(options.layer);
+    }
+    io::write_replay_outputs(options.output, out.view(), routing.topk_ids.view(),
+                             routing.topk_weights.view(), meta);
+  }
   return r;
 }
 

@@ -15,7 +15,7 @@
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
+[[maybe_unused]] std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::string cur;
   for (char ch : s) {

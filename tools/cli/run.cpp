@@ -7,11 +7,30 @@
 
 #include "cli/command.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/io/moe_loader.hpp"
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/run_job.hpp"
 #include "moekit/oracle/oracle.hpp"
 
 namespace {
+
+// The problem the oracle sees for a checkpoint layer: its config and its weight scheme.
+void use_checkpoint_problem(const std::string& dir, moekit::MoeProblem& problem) {
+  using moekit::io::CheckpointFormat;
+  const moekit::io::CheckpointInfo info = moekit::io::read_checkpoint_info(dir);
+  problem.layer = info.layer;
+  moekit::QuantConfig q;
+  switch (info.format) {
+    case CheckpointFormat::kBF16: q.scheme = moekit::QuantScheme::kBF16; break;
+    case CheckpointFormat::kModelOptNVFP4:
+    case CheckpointFormat::kCompressedTensorsNVFP4: q.scheme = moekit::QuantScheme::kNVFP4; break;
+    case CheckpointFormat::kMXFP4: q.scheme = moekit::QuantScheme::kMXFP4; break;
+    case CheckpointFormat::kFP8Block: q.scheme = moekit::QuantScheme::kFP8Block128x128; break;
+  }
+  problem.weight_quant = q;
+  problem.parallel = moekit::ParallelConfig::expert_parallel(problem.layer.num_experts, 1, 0);
+  problem.validate();
+}
 
 void setup_run(CLI::App& sub) {
   auto opt = std::make_shared<moekit::RunJobOptions>();
@@ -37,13 +56,23 @@ void setup_run(CLI::App& sub) {
                  "Scale down: intermediate size I (0 = the preset's)");
   sub.add_option("--experts", opt->num_experts,
                  "Scale down: number of experts E (0 = the preset's)");
+  sub.add_option("--checkpoint", opt->checkpoint,
+                 "Run a real layer: checkpoint directory (BF16 HF, ModelOpt/compressed-tensors "
+                 "NVFP4, gpt-oss MXFP4, DeepSeek-V3 FP8); --quant is then the checkpoint's");
+  sub.add_option("--layer", opt->layer, "Layer index in --checkpoint");
+  sub.add_option("--input", opt->input,
+                 "Replay: safetensors file with hidden_states [M,H] (+ router_logits [M,E] or "
+                 "topk_ids/topk_weights [M,k]); see docs/io.md");
+  sub.add_option("--output", opt->output,
+                 "Replay: write output [M,H], topk_ids and topk_weights to this safetensors file");
   sub.add_flag("--json", *json, "Print the report as JSON");
   sub.callback([opt, json] {
     // The backend comes from the oracle: --backend, else MOEKIT_BACKEND, else the priority list
     // restricted to what run_job executes; an unknown or refused backend fails with the reason.
-    const moekit::MoeProblem problem =
+    moekit::MoeProblem problem =
         moekit::cli_problem(opt->preset, opt->quant, opt->tokens, opt->mode, 1, false,
                             opt->hidden_size, opt->intermediate_size, opt->num_experts);
+    if (!opt->checkpoint.empty()) use_checkpoint_problem(opt->checkpoint, problem);
     const moekit::BackendSelection selection = moekit::select_backend_for_run(
         problem, moekit::DeviceCapabilities::detect(), opt->backend, moekit::run_backend_names());
     moekit::RunJobOptions job = *opt;

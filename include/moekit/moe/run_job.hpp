@@ -32,6 +32,14 @@ struct RunJobOptions {
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   int num_experts = 0;
+  // A real layer instead of random weights: a checkpoint directory (any format io/ loads) and the
+  // layer index. The weight quantization is the checkpoint's (--quant is ignored).
+  std::string checkpoint;
+  int layer = -1;
+  // Layer replay (docs/io.md): read hidden_states (+ router_logits or topk_ids/topk_weights) from
+  // a safetensors file instead of random inputs; write output/topk_ids/topk_weights to another.
+  std::string input;
+  std::string output;
 };
 
 struct RunJobReport {
@@ -77,6 +85,9 @@ struct LayerRunInputs {
   TensorView hidden_states;             // [M, H] bf16, host
   TensorView router_logits;             // [M, E] f32, host
   TensorView correction_bias;           // [E] f32 or absent
+  // Precomputed routing (replay files may carry it): when defined, router_logits is ignored.
+  TensorView topk_ids;                  // [M, k] i32, host, or absent
+  TensorView topk_weights;              // [M, k] f32, host, or absent
   MoeReferenceOptions options;
 };
 // Runs the layer on `backend` (a resolved name); out: [M, H] f32 host.
