@@ -2,6 +2,8 @@
 // overridable by env MOEKIT_TEST_SEED, always logged through SCOPED_TRACE and RecordProperty.
 #pragma once
 
+#include "test_seed.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,13 +17,7 @@
 namespace moekit::testing {
 
 inline std::uint64_t test_seed() {
-  static const std::uint64_t seed = [] {
-    if (const char* env = std::getenv("MOEKIT_TEST_SEED"); env && *env)
-      return static_cast<std::uint64_t>(std::strtoull(env, nullptr, 0));
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
+  return ::moekit::process_test_seed();
 }
 
 // Logs the seed for the current test (reproduce with MOEKIT_TEST_SEED=<seed>).

@@ -2,6 +2,8 @@
 // error-message expectations.
 #pragma once
 
+#include "test_seed.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,13 +21,7 @@ namespace moekit::io::testing {
 
 // Fresh per run, overridable by env MOEKIT_TEST_SEED; log it with MOEKIT_IO_LOG_SEED.
 inline std::uint64_t test_seed() {
-  static const std::uint64_t seed = [] {
-    if (const char* env = std::getenv("MOEKIT_TEST_SEED"); env && *env)
-      return static_cast<std::uint64_t>(std::strtoull(env, nullptr, 0));
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
+  return ::moekit::process_test_seed();
 }
 
 #define MOEKIT_IO_LOG_SEED(seed)                                                     \

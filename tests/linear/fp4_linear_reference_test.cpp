@@ -1,4 +1,5 @@
 // The FP4 linear reference against the normative quantize/dequantize (quant/quantize.hpp).
+#include "test_seed.hpp"
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,11 +16,8 @@
 namespace moekit::linear {
 namespace {
 
-std::uint32_t test_seed() {
-  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
-    return static_cast<std::uint32_t>(std::stoul(s));
-  return std::random_device{}();
-}
+// The process seed, folded to the 32 bits mt19937 takes.
+std::uint32_t test_seed() { return static_cast<std::uint32_t>(::moekit::process_test_seed()); }
 
 TEST(Fp4LinearReference, MatchesDequantizedWeights) {
   const std::uint32_t seed = test_seed();

@@ -3,6 +3,8 @@
 // layout's inverse formula) used to compute expected bytes without calling the code under test.
 #pragma once
 
+#include "test_seed.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,16 +22,7 @@
 
 namespace moekit::quant_test {
 
-inline std::uint64_t test_seed() {
-  static const std::uint64_t seed = [] {
-    if (const char* env = std::getenv("MOEKIT_TEST_SEED"); env && *env) {
-      return static_cast<std::uint64_t>(std::strtoull(env, nullptr, 0));
-    }
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
+inline std::uint64_t test_seed() { return ::moekit::process_test_seed(); }
 
 #define QUANT_TEST_LOG_SEED(seed)                                                        \
   SCOPED_TRACE("seed " + std::to_string(seed) + " (set MOEKIT_TEST_SEED to reproduce)"); \
