@@ -19,7 +19,7 @@ QuantizedView prepare_gemm1_input(detail::ByteCarver& carver, const MoeProblem& 
                                   const TensorView& x, const TensorView& topk_weights,
                                   const TensorView& static_scale, bool run);
 
-// Common Support checks of the CPU prepare side (host, weight-on-input needs top_k 1, K alignment).
+// Support checks of the CPU prepare side (detail::prepare_input_supports).
 Support cpu_prepare_supports(const MoeProblem& problem);
 
 // source_row [M, k] for a contiguous [M, k, H] expert output: t*k + j, or -1 where topk_ids[t, j]

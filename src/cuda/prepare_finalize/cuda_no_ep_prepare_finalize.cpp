@@ -8,6 +8,7 @@
 #include "core/device_runtime.hpp"
 #include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "framework/byte_carver.hpp"
+#include "framework/prepare_checks.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/permute/permute_cuda.hpp"
 #include "moekit/prepare_finalize/cuda_prepare_finalize.hpp"
@@ -41,19 +42,7 @@ class CudaNoEpPrepareFinalize final : public ModularPrepareFinalize {
       return Support::no("cuda_no_ep: expert parallel maps are not supported (" +
                          problem.parallel.str() + ")");
     }
-    if (problem.apply_router_weight_on_input() && problem.top_k() != 1) {
-      return Support::no("routing '" +
-                         std::string(routing_method_name(problem.layer.routing.method)) +
-                         "' applies the weight on the input and needs top_k 1, got " +
-                         std::to_string(problem.top_k()));
-    }
-    const int sfv = scale_block_size(problem.activation_quant.scheme);
-    if (has_block_scales(problem.activation_quant.scheme) && problem.hidden_size() % sfv != 0) {
-      return Support::no("hidden size " + std::to_string(problem.hidden_size()) +
-                         " is not a multiple of " + std::to_string(sfv) + " (" +
-                         std::string(scheme_name(problem.activation_quant.scheme)) + " blocks)");
-    }
-    return Support::yes();
+    return detail::prepare_input_supports(problem);
   }
 
   TensorSpec workspace_shape(const MoeProblem& problem) const override {
