@@ -4,7 +4,7 @@
 // replays over rotating routings (so the touched experts' weights come from
 // HBM), against the floor max(W / copy bandwidth, F / bf16 peak) with both
 // ceilings measured in the same run.
-// Usage: w4a16_bench <out.json> [quick]
+// Usage: w4a16_bench <out.json> [quick | decode | mid]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -126,7 +126,8 @@ struct Routing {
 
 int main(int argc, char** argv) {
   const char* out_path = argc > 1 ? argv[1] : "w4a16_bench.json";
-  const bool quick = argc > 2 && std::string(argv[2]) == "quick";
+  const std::string mode = argc > 2 ? argv[2] : "";  // "quick": M 1, 64; "decode": M 1, 8, 64
+  const bool quick = mode == "quick";
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const double bw = measure_copy_bw();
@@ -141,7 +142,10 @@ int main(int argc, char** argv) {
       {"mixtral-8x7b", 8, 2, 4096, 14336, W4Epilogue::kSiluAndMul},
   };
   const std::vector<int> token_counts =
-      quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64, 512, 4096};
+      quick ? std::vector<int>{1, 64}
+      : mode == "decode" ? std::vector<int>{1, 8, 64}
+      : mode == "mid"    ? std::vector<int>{512}
+                         : std::vector<int>{1, 8, 64, 512, 4096};
   FILE* js = std::fopen(out_path, "w");
   std::fprintf(js,
                "{\n \"device\": \"%s\", \"copy_bw_Bps\": %.4e, "
@@ -223,12 +227,24 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * m * p.topk * 3.0 * p.h * p.i;
         const double floor_s = std::max(wbytes / bw, flops / peak);
 
-        std::vector<W4Tile> tiles = {W4Tile::kAuto};
+        // (tile, k_split, GEMM2 launched as a PDL dependent of GEMM1): auto
+        // first (the library's choice), then forced ones; "/ks1" = cluster
+        // split-K off (the v3 behaviour), "/pdl" = GEMM2 overlaps GEMM1's tail.
+        struct Row {
+          W4Tile tile;
+          int k_split;
+          bool pdl;
+        };
+        std::vector<Row> tiles = {{W4Tile::kAuto, 0, false}, {W4Tile::kAuto, 0, true}};
         if (m <= 64)
-          tiles.insert(tiles.end(), {W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32});
+          tiles.insert(tiles.end(), {{W4Tile::kAuto, 1, false},
+                                     {W4Tile::kDecode8, 0, false},
+                                     {W4Tile::kDecode16, 0, false},
+                                     {W4Tile::kMid32, 0, false}});
         else
-          tiles.insert(tiles.end(), {W4Tile::kMid32, W4Tile::kLarge});
-        for (W4Tile tile : tiles) {
+          tiles.insert(tiles.end(), {{W4Tile::kMid32, 0, false}, {W4Tile::kLarge, 0, false}});
+        if (m == 512) tiles.push_back({W4Tile::kDecode16, 0, false});  // 16 rows/expert (v5)
+        for (const auto& [tile, k_split, pdl] : tiles) {
           auto layer = [&](const Routing& s) {
             W4A16GemmArgs g1;
             g1.format = f;
@@ -246,6 +262,7 @@ int main(int argc, char** argv) {
             g1.alpha = f == W4Format::kNVFP4 ? alpha : nullptr;
             g1.out = act;
             g1.stream = stream;
+            g1.k_split = k_split;
             w4a16_grouped_gemm(g1);
             W4A16GemmArgs g2 = g1;
             g2.epilogue = W4Epilogue::kNone;
@@ -258,6 +275,7 @@ int main(int argc, char** argv) {
             g2.row_scale = s.row_scale;
             g2.out = y;
             if (tile == W4Tile::kAuto) g2.tile = W4Tile::kAuto;
+            g2.overlap_previous = pdl;
             w4a16_grouped_gemm(g2);
           };
           for (auto& s : sets) layer(s);  // warm-up (module load, attributes)
@@ -291,7 +309,8 @@ int main(int argc, char** argv) {
           probe.m = rows;
           const std::string tname =
               w4_tile_name(tile) +
-              (tile == W4Tile::kAuto ? "(" + w4_tile_name(w4a16_resolve_tile(probe)) + ")" : "");
+              (tile == W4Tile::kAuto ? "(" + w4_tile_name(w4a16_resolve_tile(probe)) + ")" : "") +
+              (k_split == 1 ? "/ks1" : "") + (pdl ? "/pdl" : "");
           std::printf("%-16s %-6s %5d %-18s %9.1f %9.1f %7.3f %9.1f %.1f\n", p.name,
                       w4_format_name(f).c_str(), m, tname.c_str(), t_s * 1e6, floor_s * 1e6,
                       floor_s / t_s, flops / t_s / 1e12, d);
@@ -307,6 +326,7 @@ int main(int argc, char** argv) {
                        t_s * 1e6, spread, floor_s * 1e6, floor_s / t_s, flops / t_s / 1e12, d,
                        wbytes);
           first_row = false;
+          std::fflush(js);
           CK(cudaGraphExecDestroy(exec));
           CK(cudaGraphDestroy(graph));
           CK(cudaEventDestroy(e0));

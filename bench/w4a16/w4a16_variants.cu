@@ -124,7 +124,8 @@ auto kernel_of(int epi) {
 }
 
 template <typename Cfg, bool kSkip>
-void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool all_units) {
+void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool all_units,
+            int csize = 1) {
   Params params{};
   params.expert_offsets = s.offsets[set];
   params.a = s.x;
@@ -147,6 +148,25 @@ void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool
   const int rows = p.m * p.topk;
   const std::int64_t bound = ((rows + Cfg::kTokens - 1) / Cfg::kTokens + std::min(p.e, rows)) *
                              ((p.n + Cfg::kRows - 1) / Cfg::kRows);
+  if (csize > 1) {  // decode kernel, split-K over a cluster of csize CTAs
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = csize;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3(csize * 132);
+    int clusters = 0;
+    CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    cfg.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(bound, clusters) * csize));
+    CK(cudaLaunchKernelEx(&cfg, kernel, params));
+    return;
+  }
   const std::int64_t grid = all_units ? bound : std::min<std::int64_t>(bound, per_sm * 132);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
   CK(cudaGetLastError());
@@ -154,13 +174,13 @@ void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool
 
 template <typename Cfg, bool kSkip = false>
 void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t stream,
-             bool all_units = false) {
-  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
+             bool all_units = false, int csize = 1) {
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units, csize);
   CK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units);
+  for (int set = 0; set < 8; ++set) launch<Cfg, kSkip>(p, s, set, stream, all_units, csize);
   CK(cudaStreamEndCapture(stream, &graph));
   CK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t e0, e1;
@@ -226,36 +246,43 @@ int main(int argc, char** argv) {
   const std::vector<Problem> problems = {
       {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},
       {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
+      {128, 8, 1, 3072, 4096, 1, "qwen3 M1 gemm1"},
+      {128, 4, 1, 2880, 2880, 0, "gptoss M1 gemm2"},
       {8, 2, 1, 28672, 4096, 1, "mixtral M1 gemm1"},
       {8, 2, 1, 4096, 14336, 0, "mixtral M1 gemm2"},
       {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"},
       {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
       {8, 2, 64, 28672, 4096, 1, "mixtral M64 gemm1"},
       {8, 2, 64, 4096, 14336, 0, "mixtral M64 gemm2"},
-      {256, 8, 4096, 4096, 7168, 1, "dsv3 M4096 gemm1"},
-      {8, 2, 4096, 28672, 4096, 1, "mixtral M4096 gemm1"},
+      {256, 8, 64, 4096, 7168, 1, "dsv3 M64 gemm1"},
+      {256, 8, 64, 7168, 2048, 0, "dsv3 M64 gemm2"},
   };
+  using D8 = DecodeConfig<4, 2, 1, 4, 4>;
   for (const Problem& p : problems) {
     Setup s = make_setup(p, p.epi == 1);
     if (profile) {
       if (p.m == 1) {
-        launch<DecodeConfig<4, 2, 1, 4, 4>, false>(p, s, 0, stream, false);
+        launch<D8, false>(p, s, 0, stream, false);
         CK(cudaStreamSynchronize(stream));
       }
-    } else if (p.m >= 512) {
-      measure<TileConfig<4, 1, 1, 2, 8, 4>>("large <4,1,1,2,8,4> pf", p, s, stream);
-      measure<TileConfig<4, 1, 1, 2, 8, 4, false>>("large <4,1,1,2,8,4> nopf", p, s, stream);
-      measure<TileConfig<4, 2, 1, 2, 8, 4>>("<4,2,1,2,8,4> 128x128", p, s, stream);
+    } else if (p.m == 64 && p.e == 8) {
+      stream_read(p, s, stream);
+      measure<DecodeConfig<2, 1, 2, 4, 8>>("decode16 <2,1,2,4,8>", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 4, 4>>("mid32 <4,1,1,2,4,4>", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 4, 6>>("<4,1,1,2,4,6> 6 stages", p, s, stream);
+      measure<TileConfig<4, 1, 1, 4, 4, 4>>("<4,1,1,4,4,4> 256x32", p, s, stream);
+      measure<TileConfig<8, 1, 1, 2, 4, 4>>("<8,1,1,2,4,4> 256x32", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 8, 4>>("large <4,1,1,2,8,4>", p, s, stream);
     } else {
       stream_read(p, s, stream);
-      measure<DecodeConfig<4, 2, 1, 4, 4>>("v2 <4,2,1,4,4> pf", p, s, stream);
-      measure<DecodeConfig<4, 2, 1, 4, 4, false>>("v2 <4,2,1,4,4> nopf", p, s, stream);
-      measure<DecodeConfig<2, 2, 1, 4, 4>>("v2 <2,2,1,4,4> pf", p, s, stream);
-      measure<DecodeConfig<8, 2, 1, 4, 2>>("v2 <8,2,1,4,2> pf", p, s, stream);
-      measure<DecodeConfig<4, 2, 1, 6, 3>>("v2 <4,2,1,6,3> pf", p, s, stream);
-      measure<TileConfig<2, 1, 4, 1, 1, 4>>("v1 <2,1,4,1,1,4> pf", p, s, stream);
-      measure<TileConfig<2, 1, 4, 1, 1, 4, false>>("v1 <2,1,4,1,1,4> nopf", p, s, stream);
-      measure<DecodeConfig<2, 1, 2, 4>>("v2 <2,1,2,4> tok16 pf", p, s, stream);
+      measure<D8>("decode8 <4,2,1,4,4>", p, s, stream);
+      measure<D8>("decode8 cluster2", p, s, stream, false, 2);
+      measure<DecodeConfig<4, 4, 1, 2, 4>>("wide <4,4,1,2,4>", p, s, stream);
+      measure<DecodeConfig<4, 4, 1, 2, 4>>("wide cluster2", p, s, stream, false, 2);
+      measure<DecodeConfig<4, 4, 1, 4, 2>>("<4,4,1,4,2> ring 4", p, s, stream);
+      measure<DecodeConfig<2, 4, 1, 2, 8>>("<2,4,1,2,8> 2 K-warps", p, s, stream);
+      measure<DecodeConfig<8, 4, 1, 2, 2>>("<8,4,1,2,2> 8 K-warps", p, s, stream);
+      measure<DecodeConfig<4, 6, 1, 2, 3>>("<4,6,1,2,3> 96 rows", p, s, stream);
     }
     CK(cudaFree(s.w));
     CK(cudaFree(s.s));

@@ -176,6 +176,14 @@ Support compiled_in(Backend b) {
 #endif
 }
 
+// "<implementation>: <reason>", naming the implementation once: supports() reasons do not carry
+// the name by convention, but one that already starts with "<name>: " is kept as is.
+std::string named_reason(const std::string& name, const std::string& reason) {
+  const std::string prefix = name + ": ";
+  if (reason.compare(0, prefix.size(), prefix) == 0) return reason;
+  return prefix + reason;
+}
+
 std::string override_from_env() {
   const char* env = std::getenv(kBackendEnvVar);
   return env ? std::string(env) : std::string();
@@ -216,7 +224,7 @@ Support backend_supports(Backend b, const MoeProblem& p, const DeviceCapabilitie
     std::unique_ptr<Experts> e = r->make_experts(p);
     if (!e) return Support::no("implementation factory returned no experts");
     Support s = e->supports(p);
-    if (!s) return Support::no(e->name() + ": " + s.reason);
+    if (!s) return Support::no(named_reason(e->name(), s.reason));
   }
   return Support::yes();
 }

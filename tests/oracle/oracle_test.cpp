@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "framework/framework_test_util.hpp"
 #include "framework/seed_util.hpp"
@@ -134,24 +137,33 @@ TEST(Oracle, OverridesAreValidatedNeverSilent) {
 }
 
 // A fake CUDA implementation registered like a real one: the oracle consults its supports().
+// `prefixed`: the reason already names the implementation (the oracle must not repeat it).
 class FakeExperts final : public ModularExperts {
  public:
+  explicit FakeExperts(bool prefixed = false) : prefixed_(prefixed) {}
   std::string name() const override { return "fake_w4a16"; }
   ActivationFormat activation_format() const override { return ActivationFormat::kStandard; }
   Device device() const override { return Device::cuda(0); }
   Support supports(const MoeProblem& p) const override {
-    return p.num_tokens <= 1024 ? Support::yes() : Support::no("M > 1024 not tuned");
+    if (p.num_tokens <= 1024) return Support::yes();
+    return Support::no(prefixed_ ? "fake_w4a16: M > 1024 not tuned" : "M > 1024 not tuned");
   }
   WorkspaceShapes workspace_shapes(const MoeProblem&) const override { return {}; }
   void prepare_weights(const MoeProblem&, const MoeWeights&, StreamHandle) override {}
   ReducePolicy reduce_policy() const override { return ReducePolicy::kAlreadyReduced; }
   void apply(const DispatchedActivations&, const TensorView&, const TensorView&, const TensorView&,
              StreamHandle) override {}
+
+ private:
+  bool prefixed_;
 };
 
 TEST(Oracle, RegisteredImplementationsAreCompiledInAndAsked) {
   EnvGuard env;
   const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
+  std::optional<BackendRegistration> saved;  // the real one (CUDA builds), restored at the end
+  if (const BackendRegistration* r = BackendRegistry::instance().find(Backend::kCudaW4A16Grouped))
+    saved = *r;
   BackendRegistry::instance().add(
       Backend::kCudaW4A16Grouped,
       {.make_experts = [](const MoeProblem&) { return std::make_unique<FakeExperts>(); },
@@ -165,6 +177,66 @@ TEST(Oracle, RegisteredImplementationsAreCompiledInAndAsked) {
                {"registered no PrepareFinalize"});
   BackendRegistry::instance().remove(Backend::kCudaW4A16Grouped);
   EXPECT_FALSE(BackendRegistry::instance().compiled_in(Backend::kCudaW4A16Grouped));
+  if (saved) BackendRegistry::instance().add(Backend::kCudaW4A16Grouped, *saved);
+}
+
+// Each refusal reason names the implementation once, whether or not its supports() reason
+// already starts with the name.
+TEST(Oracle, ImplementationReasonsNameTheImplementationOnce) {
+  EnvGuard env;
+  const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
+  std::optional<BackendRegistration> saved;
+  if (const BackendRegistration* r = BackendRegistry::instance().find(Backend::kCudaW4A16Grouped))
+    saved = *r;
+  BackendRegistry::instance().add(
+      Backend::kCudaW4A16Grouped,
+      {.make_experts = [](const MoeProblem&) { return std::make_unique<FakeExperts>(true); },
+       .make_prepare_finalize = {}});
+  const BackendSelection big = select_backend(cli_problem("tiny", "nvfp4", 4096, "w4a16"), sm90);
+  EXPECT_EQ(find(big, Backend::kCudaW4A16Grouped)->reason, "fake_w4a16: M > 1024 not tuned");
+  if (saved) {
+    BackendRegistry::instance().add(Backend::kCudaW4A16Grouped, *saved);
+  } else {
+    BackendRegistry::instance().remove(Backend::kCudaW4A16Grouped);
+  }
+}
+
+// The registered CUDA implementations (CUDA builds): problems the oracle's own chain passes but
+// the implementation refuses on any machine (no device, or a device and an unsupported activation
+// / alignment): the reason starts with the implementation's name and does not repeat it.
+TEST(Oracle, RegisteredCudaReasonsNameTheImplementationOnce) {
+  EnvGuard env;
+  const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
+  struct Case {
+    Backend backend;
+    MoeProblem problem;
+  };
+  const std::vector<Case> cases = {
+      // SwiGLU-OAI with biases: the bf16 / fp8 grouped experts run SiLU-and-mul only.
+      {Backend::kCudaBf16Grouped, cli_problem("gpt-oss-120b", "bf16", 8, "w4a16", 1, false, 256,
+                                              128, 32)},
+      {Backend::kCudaFp8BlockGrouped, cli_problem("gpt-oss-120b", "fp8_block", 8, "emulate", 1,
+                                                  false, 256, 128, 32)},
+      // H 96: a multiple of the nvfp4 blocks (16) and of 8, not of the W4A16 GEMM's 64.
+      {Backend::kCudaW4A16Grouped, cli_problem("mixtral-8x7b", "nvfp4", 8, "w4a16", 1, false, 96,
+                                               128, 8)},
+  };
+  int asked = 0;
+  for (const Case& c : cases) {
+    if (!BackendRegistry::instance().compiled_in(c.backend)) continue;  // CUDA OFF build
+    ++asked;
+    const std::string name =
+        BackendRegistry::instance().find(c.backend)->make_experts(c.problem)->name();
+    const Support s = backend_supports(c.backend, c.problem, sm90, ActivationFormat::kStandard);
+    ASSERT_FALSE(s.ok) << name;
+    EXPECT_EQ(s.reason.rfind(name + ": ", 0), 0u) << s.reason;
+    EXPECT_EQ(s.reason.find(name, name.size()), std::string::npos) << s.reason;
+  }
+#if MOEKIT_WITH_CUDA
+  EXPECT_GT(asked, 0) << "no CUDA implementation registered in a CUDA build";
+#else
+  EXPECT_EQ(asked, 0);
+#endif
 }
 
 TEST(Oracle, ExecutableFilterForTools) {

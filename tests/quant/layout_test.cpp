@@ -46,6 +46,24 @@ TEST(Layout, OffsetsMatchInverseFormula) {
   }
 }
 
+// The kernels' split offsets (row part + column part) equal scale_offset for every layout.
+TEST(Layout, RowPlusColumnOffsetEqualsOffset) {
+  for (ScaleLayout layout :
+       {ScaleLayout::kLinear, ScaleLayout::kSwizzled128x4, ScaleLayout::kSwizzled8x4}) {
+    for (std::int64_t m : kRows) {
+      for (std::int64_t kb : kCols) {
+        for (std::int64_t r = 0; r < scale_padded_rows(layout, m); ++r) {
+          for (std::int64_t c = 0; c < scale_padded_cols(layout, kb); ++c) {
+            ASSERT_EQ(scale_row_offset(layout, r, kb) + scale_col_offset(layout, c),
+                      scale_offset(layout, r, c, kb))
+                << layout_name(layout) << " M=" << m << " Kb=" << kb << " r=" << r << " c=" << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Layout, Swizzled128x4KnownOffsets) {
   // formats.md: (floor(r/128)*Tk + floor(c/4))*512 + (r%32)*16 + floor((r%128)/32)*4 + c%4.
   EXPECT_EQ(scale_offset(ScaleLayout::kSwizzled128x4, 0, 0, 5), 0);

@@ -1,7 +1,8 @@
-// `moekit bench`: the benchmark harness (src/cuda/bench/). Presets x schemes x token counts in one
-// run: ceilings (copy bandwidth, cuBLAS bf16 / cuBLASLt fp8 peaks), the cuBLAS bf16 per-expert
-// baseline and the moekit experts in CUDA graphs with L2-cold weights; a table, optional JSON and
-// the command reproducing each row. Needs a CUDA build and an SM90 device; fails clearly otherwise.
+// `moekit bench`: the benchmark harness (src/cuda/bench/). Presets x schemes (bf16, fp8_block,
+// nvfp4, mxfp4) x token counts in one run: ceilings (copy bandwidth, cuBLAS bf16 / cuBLASLt fp8
+// peaks), the cuBLAS bf16 per-expert baseline and the moekit experts in CUDA graphs with L2-cold
+// weights; a table, optional JSON and the command reproducing each row. Needs a CUDA build and an
+// SM90 device; fails clearly otherwise (bad arguments are named first, device or not).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,7 +46,8 @@ void setup_bench(CLI::App& sub) {
   auto args = std::make_shared<Args>();
   sub.add_option("--preset", args->presets, "Comma-separated layer presets")
       ->capture_default_str();
-  sub.add_option("--quant", args->quants, "Comma-separated schemes: bf16, fp8_block")
+  sub.add_option("--quant", args->quants,
+                 "Comma-separated schemes: bf16, fp8_block, nvfp4, mxfp4 (nvfp4/mxfp4: W4A16)")
       ->capture_default_str();
   sub.add_option("--tokens", args->tokens, "Comma-separated token counts")->capture_default_str();
   sub.add_option("--backend", args->backend,

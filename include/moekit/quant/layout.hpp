@@ -27,6 +27,34 @@ MOEKIT_HD std::int64_t scale_offset(ScaleLayout layout, std::int64_t r, std::int
 }
 
 // Padded rows / cols of one matrix's scale buffer in a layout (linear: unpadded).
+// scale_offset split into a row part and a column part (scale_offset(l, r, c, kb) ==
+// scale_row_offset(l, r, kb) + scale_col_offset(l, c)), so a kernel whose threads keep their
+// column across rows computes the column part once.
+MOEKIT_HD std::int64_t scale_row_offset(ScaleLayout layout, std::int64_t r,
+                                        std::int64_t scale_cols) {
+  const std::int64_t tk = (scale_cols + 3) / 4;
+  switch (layout) {
+    case ScaleLayout::kLinear:
+      return r * scale_cols;
+    case ScaleLayout::kSwizzled128x4:
+      return (r / 128) * tk * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4;
+    case ScaleLayout::kSwizzled8x4:
+      return (r / 8) * tk * 32 + (r % 8) * 4;
+  }
+  return -1;
+}
+MOEKIT_HD std::int64_t scale_col_offset(ScaleLayout layout, std::int64_t c) {
+  switch (layout) {
+    case ScaleLayout::kLinear:
+      return c;
+    case ScaleLayout::kSwizzled128x4:
+      return (c / 4) * 512 + (c % 4);
+    case ScaleLayout::kSwizzled8x4:
+      return (c / 4) * 32 + (c % 4);
+  }
+  return -1;
+}
+
 MOEKIT_HD std::int64_t scale_padded_rows(ScaleLayout layout, std::int64_t rows) {
   return layout == ScaleLayout::kSwizzled128x4 ? 128 * ((rows + 127) / 128)
          : layout == ScaleLayout::kSwizzled8x4 ? 8 * ((rows + 7) / 8)

@@ -19,11 +19,15 @@
 #include "core/device_runtime.hpp"
 #include "cuda/bench/bench_cublas.hpp"
 #include "cuda/bench/bench_kernels.hpp"
+#include "cuda/bench/bench_weights.hpp"
 #include "cuda/experts/bf16_experts.hpp"
+#include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 #include "moekit/moe/layer_config.hpp"
+#include "moekit/routing/routing.hpp"
 
 namespace moekit::bench {
 namespace {
@@ -34,13 +38,19 @@ struct Scheme {
   const char* name;
   QuantScheme weights, activations;
   const char* default_backend;
-  double weight_bytes;  // per weight element, scales included
-  bool fp8_peak;        // tensor peak: fp8 (else bf16)
+  double weight_bytes;  // per weight element, scales included (docs/performance.md)
+  bool fp8_peak;        // tensor peak: fp8 (else bf16; W4A16 runs bf16 tensor cores)
 };
 const Scheme kSchemes[] = {
     {"bf16", QuantScheme::kBF16, QuantScheme::kBF16, "cuda_bf16_grouped", 2.0, false},
     {"fp8_block", QuantScheme::kFP8Block128x128, QuantScheme::kFP8Block1x128,
      "cuda_fp8_block_grouped", 1.0 + 4.0 / (128 * 128), true},
+    // W4A16: e2m1 values (0.5 byte) + one e4m3 scale per 16 / one e8m0 scale per 32 (NVFP4's
+    // per-expert global scale is negligible), bf16 activations.
+    {"nvfp4", QuantScheme::kNVFP4, QuantScheme::kBF16, "cuda_w4a16_grouped", 0.5 + 1.0 / 16,
+     false},
+    {"mxfp4", QuantScheme::kMXFP4, QuantScheme::kBF16, "cuda_w4a16_grouped", 0.5 + 1.0 / 32,
+     false},
 };
 
 const Scheme& find_scheme(const std::string& name) {
@@ -57,6 +67,8 @@ std::map<std::string, ExpertsFactory>& registry() {
       {"cuda_bf16_grouped", [](const MoeProblem& p) { return cuda::make_bf16_grouped_experts(p); }},
       {"cuda_fp8_block_grouped",
        [](const MoeProblem& p) { return cuda::make_fp8_block_grouped_experts(p); }},
+      {"cuda_w4a16_grouped",
+       [](const MoeProblem& p) { return cuda::make_w4a16_grouped_experts(p); }},
   };
   return r;
 }
@@ -175,17 +187,32 @@ std::vector<std::string> experts_names() {
   return v;
 }
 
+void validate_bench_options(const BenchOptions& o) {
+  MOEKIT_CHECK_ARG(!o.quants.empty(), "--quant", "at least one scheme", "none");
+  MOEKIT_CHECK_ARG(!o.presets.empty(), "--preset", "at least one preset", "none");
+  MOEKIT_CHECK_ARG(!o.tokens.empty(), "--tokens", "at least one token count", "none");
+  for (const auto& q : o.quants) (void)find_scheme(q);
+  const std::vector<std::string> names = layer_preset_names();
+  for (const auto& p : o.presets) {
+    if (std::find(names.begin(), names.end(), p) != names.end()) continue;
+    std::string valid;
+    for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
+    throw_arg_error("bench", "--preset", "one of " + valid, p);
+  }
+  for (auto m : o.tokens) MOEKIT_CHECK_ARG(m >= 1, "--tokens", ">= 1", m);
+  MOEKIT_CHECK_ARG(o.reps >= 1, "--reps", ">= 1", o.reps);
+  if (!o.backend.empty()) {
+    std::string valid;
+    for (const auto& n : experts_names()) valid += (valid.empty() ? "" : ", ") + n;
+    MOEKIT_CHECK_ARG(registry().count(o.backend) == 1, "--backend", "one of " + valid, o.backend);
+  }
+}
+
 void run_bench(const BenchOptions& o) {
+  validate_bench_options(o);  // bad arguments name themselves, GPU or not
   if (device_runtime::device_count() == 0)
     MOEKIT_FAIL("bench: no CUDA device found: moekit bench times GPU kernels and needs an SM90 GPU "
                 "(H100/H200) with a working driver");
-  for (const auto& q : o.quants) (void)find_scheme(q);
-  for (const auto& p : o.presets) (void)layer_preset(p);
-  for (auto m : o.tokens) MOEKIT_CHECK_ARG(m >= 1, "--tokens", ">= 1", m);
-  MOEKIT_CHECK_ARG(o.reps >= 1, "--reps", ">= 1", o.reps);
-  if (!o.backend.empty())
-    MOEKIT_CHECK_ARG(registry().count(o.backend) == 1, "--backend",
-                     "one of the registered experts backends", o.backend);
   const auto dev = device_runtime::device_info(0);
   cudaStream_t s;
   MOEKIT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -202,35 +229,60 @@ void run_bench(const BenchOptions& o) {
   std::printf("%-16s %-9s %6s %4s %10s %10s %8s %8s %10s %6s %10s %7s %8s %s\n", "preset",
               "quant", "tokens", "D", "time_us", "p10-p90", "TFLOP/s", "GB/s", "floor_us", "fl/t",
               "cublas_us", "speedup", "rel_diff", "cfg");
+  std::vector<QuantScheme> weight_schemes;
+  for (const auto& q : o.quants) weight_schemes.push_back(find_scheme(q).weights);
+  const std::int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   for (const auto& preset_name : o.presets) {
     const MoeLayerConfig& cfg = layer_preset(preset_name);
     const int e = cfg.num_experts, k = cfg.top_k();
     const std::int64_t h = cfg.hidden_size, i = cfg.intermediate_size;
-    // Weights: bf16 random (uniform, variance 1/K so activations stay O(1)); fp8 = their block
-    // quantization, so baseline and moekit compute nearly the same function.
-    MoeWeights wb;
-    wb.num_experts = e, wb.hidden_size = h, wb.intermediate_size = i;
-    wb.w13.values = device_tensor(DType::kBF16, Shape{e, 2 * i, h});
-    wb.w2.values = device_tensor(DType::kBF16, Shape{e, h, i});
-    fill_random_bf16(wb.w13.values.data(), static_cast<std::size_t>(wb.w13.values.numel()), o.seed + 1,
-                     std::sqrt(3.0f / static_cast<float>(h)), s);
-    fill_random_bf16(wb.w2.values.data(), static_cast<std::size_t>(wb.w2.values.numel()), o.seed + 2,
-                     std::sqrt(3.0f / static_cast<float>(i)), s);
-    MoeWeights wq;
-    const bool want_fp8 = std::find(o.quants.begin(), o.quants.end(), "fp8_block") != o.quants.end();
-    if (want_fp8 && h % 128 == 0 && i % 128 == 0) {
-      wq.num_experts = e, wq.hidden_size = h, wq.intermediate_size = i;
-      wq.quant.scheme = QuantScheme::kFP8Block128x128;
-      wq.w13.values = device_tensor(DType::kE4M3, Shape{e, 2 * i, h});
-      wq.w2.values = device_tensor(DType::kE4M3, Shape{e, h, i});
-      wq.w13.scales = device_tensor(DType::kF32, Shape{e, (2 * i + 127) / 128, h / 128});
-      wq.w2.scales = device_tensor(DType::kF32, Shape{e, (h + 127) / 128, i / 128});
-      quantize_weight_fp8_block(wb.w13.values.data(), e, 2 * i, h, wq.w13.values.data(),
-                                wq.w13.scales.ptr<float>(), s);
-      quantize_weight_fp8_block(wb.w2.values.data(), e, h, i, wq.w2.values.data(),
-                                wq.w2.scales.ptr<float>(), s);
-    }
-    MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+    // bf16 masters and their quantizations (bench_weights.hpp): every scheme and the baseline
+    // compute nearly the same function.
+    const BenchWeights weights = make_bench_weights(cfg, weight_schemes, o.seed, s);
+    const MoeWeights& wb = weights.master;
+    // The cuBLAS baseline computes SiLU-and-mul without biases and weights the outputs: its output
+    // is comparable only for such layers (its time is the same GEMM work either way).
+    const bool on_input = routing_weight_on_input(cfg.routing.method);
+    const bool same_function =
+        !cfg.has_bias && cfg.activation.kind == Activation::kSiluAndMul && !on_input;
+    // One experts object per scheme, prepared once for the largest token count (W4A16 shuffles
+    // its weights on the host in prepare_weights: seconds for the big presets) and applied to
+    // each M <= max: apply()'s work depends on in.num_tokens only.
+    struct Prepared {
+      std::unique_ptr<ModularExperts> experts;
+      Tensor ws13, ws2, out;
+      std::string unsupported;
+    };
+    std::map<std::string, Prepared> prepared;
+    auto problem = [&](const Scheme& sch, std::int64_t m) {
+      MoeProblem p;
+      p.num_tokens = m;
+      p.layer = cfg;
+      p.weight_quant.scheme = sch.weights;
+      p.activation_quant.scheme = sch.activations;
+      p.activation_dtype = DType::kBF16;
+      return p;
+    };
+    auto prepare = [&](const std::string& qname, const std::string& backend) -> Prepared& {
+      Prepared& pr = prepared[qname];
+      if (pr.experts || !pr.unsupported.empty()) return pr;
+      const Scheme& sch = find_scheme(qname);
+      const MoeProblem p = problem(sch, max_tokens);
+      pr.experts = registry().at(backend)(p);
+      const Support sup = pr.experts->supports(p);
+      if (!sup.ok) {
+        pr.unsupported = backend + ": " + sup.reason;
+        pr.experts.reset();
+        return pr;
+      }
+      pr.experts->prepare_weights(p, weights.get(sch.weights), s);
+      const auto ws = pr.experts->workspace_shapes(p);
+      pr.ws13 = device_tensor(ws.workspace13.dtype, ws.workspace13.shape);
+      pr.ws2 = device_tensor(ws.workspace2.dtype, ws.workspace2.shape);
+      pr.out = device_tensor(ws.output.dtype, ws.output.shape);
+      MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+      return pr;
+    };
 
     for (const std::int64_t m : o.tokens) {
       const std::int64_t r = m * k;
@@ -272,43 +324,45 @@ void run_bench(const BenchOptions& o) {
       for (const auto& qname : o.quants) {
         const Scheme& sch = find_scheme(qname);
         const std::string backend = o.backend.empty() ? sch.default_backend : o.backend;
+        const bool w4 = sch.weights == QuantScheme::kNVFP4 || sch.weights == QuantScheme::kMXFP4;
         std::string cmd = o.command_prefix + " --preset " + preset_name + " --quant " + qname +
                           " --tokens " + std::to_string(m);
         if (!o.backend.empty()) cmd += " --backend " + o.backend;
+        if (!o.baseline) cmd += " --no-baseline";
         const char* cfg_env = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
-        const auto gemm_cfg = cfg_env && std::string(cfg_env) == "wide" ? gemm::GroupedGemmConfig::kWide
-                              : cfg_env && std::string(cfg_env) == "narrow"
-                                  ? gemm::GroupedGemmConfig::kNarrow
-                                  : gemm::resolve_grouped_gemm_config(
-                                        sch.fp8_peak ? gemm::GroupedGemmType::kFP8Block128
-                                                     : gemm::GroupedGemmType::kBF16,
-                                        gemm::GroupedGemmConfig::kAuto, e, r);
-        if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
+        // The grouped-GEMM tile config (bf16 / fp8 CUTLASS); the W4A16 GEMM picks its own.
+        std::string gemm_cfg_name = "w4a16";
+        if (!w4) {
+          const auto gemm_cfg =
+              cfg_env && std::string(cfg_env) == "wide"     ? gemm::GroupedGemmConfig::kWide
+              : cfg_env && std::string(cfg_env) == "narrow" ? gemm::GroupedGemmConfig::kNarrow
+                                                            : gemm::resolve_grouped_gemm_config(
+                                                                  sch.fp8_peak
+                                                                      ? gemm::GroupedGemmType::kFP8Block128
+                                                                      : gemm::GroupedGemmType::kBF16,
+                                                                  gemm::GroupedGemmConfig::kAuto, e, r);
+          gemm_cfg_name = gemm::grouped_gemm_config_name(gemm_cfg);
+          if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
+        }
         json row = {{"preset", preset_name}, {"quant", qname}, {"backend", backend},
                     {"tokens", m}, {"distinct_experts", distinct}, {"command", cmd},
-                    {"gemm_config", gemm::grouped_gemm_config_name(gemm_cfg)}};
-        MoeProblem p;
-        p.num_tokens = m;
-        p.layer = cfg;
-        p.weight_quant.scheme = sch.weights;
-        p.activation_quant.scheme = sch.activations;
-        p.activation_dtype = DType::kBF16;
-        auto experts = registry().at(backend)(p);
-        const Support sup = experts->supports(p);
-        if (!sup.ok) {
+                    {"gemm_config", gemm_cfg_name}};
+        const Support sup = registry().at(backend)(problem(sch, m))->supports(problem(sch, m));
+        Prepared* pr = sup.ok ? &prepare(qname, backend) : nullptr;
+        const std::string why = !sup.ok ? backend + ": " + sup.reason
+                                        : (pr->experts ? std::string() : pr->unsupported);
+        if (!why.empty()) {
           std::printf("%-16s %-9s %6lld  unsupported: %s\n", preset_name.c_str(), qname.c_str(),
-                      static_cast<long long>(m), sup.reason.c_str());
-          row["unsupported"] = sup.reason;
+                      static_cast<long long>(m), why.c_str());
+          row["unsupported"] = why;
           rows.push_back(row);
           continue;
         }
         const bool fp8 = sch.weights == QuantScheme::kFP8Block128x128;
-        experts->prepare_weights(p, fp8 ? wq : wb, s);
-        const auto ws = experts->workspace_shapes(p);
-        Tensor ws13 = device_tensor(ws.workspace13.dtype, ws.workspace13.shape);
-        Tensor ws2 = device_tensor(ws.workspace2.dtype, ws.workspace2.shape);
-        Tensor out = device_tensor(ws.output.dtype, ws.output.shape);
-        Tensor xq, xs;
+        // Llama4 with bf16 activations: the NoEP prepare's f32 rows x * w (timed with the layer),
+        // which the experts round to bf16. (fp8: the 1x128 quantize of x, as for other presets.)
+        const bool scaled_input = on_input && !fp8;
+        Tensor xq, xs, xw;
         DispatchedActivations in;
         in.num_tokens = m;
         in.topk_ids = d_ids.view();
@@ -319,25 +373,30 @@ void run_bench(const BenchOptions& o) {
           xs = device_tensor(DType::kF32, Shape{m, h / 128});
           in.a1q.values = xq.view();
           in.a1q.scales = xs.view();
+        } else if (scaled_input) {
+          xw = device_tensor(DType::kF32, Shape{m, h});
+          in.a1q.values = xw.view();
         } else {
           in.a1q.values = x.view();
         }
         const Stats st = timer.time([&] {
           if (fp8) quantize_rows_fp8_1x128(x.data(), m, h, xq.data(), xs.ptr<float>(), s);
-          experts->apply(in, out.view(), ws13.view(), ws2.view(), s);
+          if (scaled_input) cuda::scale_rows_by_weight(x.view(), d_w.view(), xw.view(), s);
+          pr->experts->apply(in, pr->out.view(), pr->ws13.view(), pr->ws2.view(), s);
         });
         const double t = st.median_us * 1e-6;
         const double wbytes = static_cast<double>(distinct) * 3.0 * h * i * sch.weight_bytes;
         const double peak = sch.fp8_peak ? c.fp8_tflops : c.bf16_tflops;
         const double floor_s = std::max(wbytes / (c.copy_gbps * 1e9), flops / (peak * 1e12));
-        const double rel = o.baseline ? rel_l2_bf16(out.data(), base_out.data(),
-                                                    static_cast<std::size_t>(m * h), s)
-                                      : NAN;
+        const double rel = o.baseline && same_function
+                               ? rel_l2_bf16(pr->out.data(), base_out.data(),
+                                             static_cast<std::size_t>(m * h), s)
+                               : NAN;
         row.update({{"time_us", st.median_us}, {"p10_us", st.p10_us}, {"p90_us", st.p90_us},
                     {"tflops", flops / t / 1e12}, {"gbps", wbytes / t / 1e9},
                     {"fraction_of_peak", flops / t / 1e12 / peak}, {"floor_us", floor_s * 1e6},
                     {"floor_over_time", floor_s / t}, {"weight_bytes", wbytes}, {"flops", flops},
-                    {"rel_diff_vs_cublas_bf16", rel}});
+                    {"rel_diff_vs_cublas_bf16", rel}, {"baseline_same_function", same_function}});
         if (o.baseline)
           row.update({{"cublas_us", base.median_us}, {"cublas_p10_us", base.p10_us},
                       {"cublas_p90_us", base.p90_us}, {"speedup", base.median_us / st.median_us}});
@@ -345,8 +404,7 @@ void run_bench(const BenchOptions& o) {
                     preset_name.c_str(), qname.c_str(), static_cast<long long>(m), distinct,
                     st.median_us, st.p10_us, st.p90_us, flops / t / 1e12, wbytes / t / 1e9,
                     floor_s * 1e6, floor_s / t, base.median_us,
-                    o.baseline ? base.median_us / st.median_us : NAN, rel,
-                    gemm::grouped_gemm_config_name(gemm_cfg).c_str());
+                    o.baseline ? base.median_us / st.median_us : NAN, rel, gemm_cfg_name.c_str());
         std::printf("    %s\n", cmd.c_str());
         std::fflush(stdout);
         rows.push_back(row);
@@ -362,9 +420,13 @@ void run_bench(const BenchOptions& o) {
                 {"clocks", env_or("MOEKIT_BENCH_CLOCKS", "not recorded")},
                 {"method", "CUDA graph replays, L2 flushed (512 MiB read) before each, median of "
                            "reps; uniform random top-k routing; cuBLAS bf16 per-expert baseline "
-                           "over pre-permuted rows; moekit time includes permute, gather, "
-                           "(fp8: 1x128 activation quantize,) GEMM1, activation, GEMM2, weighted "
-                           "reduce"},
+                           "over pre-permuted rows (SiLU-and-mul, no biases: rel_diff only where "
+                           "the layer computes the same function); moekit time includes permute, "
+                           "gather, (fp8: 1x128 activation quantize; llama4 bf16 activations: x * w "
+                           "in f32 and its bf16 rounding,) GEMM1, activation, GEMM2, weighted "
+                           "reduce; nvfp4/mxfp4 = W4A16 (cuda_w4a16_grouped) on weights "
+                           "quantized from the same bf16 masters, floor at 0.5625 / 0.53125 "
+                           "bytes per weight"},
                 {"reps", o.reps},
                 {"ceilings", {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops},
                               {"fp8_tflops", c.fp8_tflops},

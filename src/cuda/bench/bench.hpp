@@ -27,12 +27,18 @@ struct BenchOptions {
 };
 
 // Experts backends the harness can run, by name. Built in: cuda_bf16_grouped,
-// cuda_fp8_block_grouped. Other backends (e.g. W4A16) add themselves with register_experts.
+// cuda_fp8_block_grouped, cuda_w4a16_grouped. Others add themselves with register_experts.
 using ExpertsFactory = std::function<std::unique_ptr<ModularExperts>(const MoeProblem&)>;
 bool register_experts(const std::string& name, ExpertsFactory factory);
 std::vector<std::string> experts_names();
 
-// Throws moekit::Error when there is no CUDA device (with a message that says so).
+// Checks the options without a device: throws moekit::Error naming the bad argument (--quant,
+// --preset, --tokens, --reps, --backend) with the expected and the actual value.
+void validate_bench_options(const BenchOptions& options);
+
+// validate_bench_options, then throws moekit::Error when there is no CUDA device (with a message
+// that says so). Schemes: bf16, fp8_block, nvfp4, mxfp4 (the last two as W4A16, weights quantized
+// from the same bf16 masters; see bench_weights.hpp).
 void run_bench(const BenchOptions& options);
 
 }  // namespace moekit::bench

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/device_runtime.hpp"
+#include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "moekit/core/error.hpp"
 
 namespace moekit::cuda {
@@ -18,26 +19,39 @@ std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 bool is_fp8(gemm::GroupedGemmType t) { return t == gemm::GroupedGemmType::kFP8Block128; }
 
+// With the router weight on the input (Llama4) and bf16 activations, the NoEP prepares (CPU and
+// CUDA alike) hand the experts the f32 rows x * w (activation_quant kBF16 passes its input
+// through); the fp8 scheme quantizes those rows in the prepare and gets e4m3.
+bool takes_f32_input(gemm::GroupedGemmType t, const MoeProblem& problem) {
+  return !is_fp8(t) && problem.apply_router_weight_on_input();
+}
+
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's output).
+// a_rounded: bf16 [M, H] for f32 GEMM1 inputs (bf16 activations with the router weight on the
+// input, see round_input_rows); empty otherwise.
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, a, a_scales, act, act_scales, out2, gemm_ws,
-      total;
+  std::size_t offsets, sorted_ids, permuted_row, a_rounded, a, a_scales, act, act_scales, out2,
+      gemm_ws, total;
 };
 
-Layout13 layout13(gemm::GroupedGemmType t, int e, std::int64_t rows, std::int64_t h,
-                  std::int64_t i) {
-  const std::size_t r = static_cast<std::size_t>(rows);
+Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
+  const int e = problem.layer.num_experts;
+  const std::size_t r = static_cast<std::size_t>(problem.num_tokens * problem.layer.routing.top_k);
+  const std::size_t m = static_cast<std::size_t>(problem.num_tokens);
+  const std::size_t h = static_cast<std::size_t>(problem.layer.hidden_size);
+  const std::size_t i = static_cast<std::size_t>(problem.layer.intermediate_size);
   const std::size_t elem = is_fp8(t) ? 1 : 2;
   Layout13 l{};
   std::size_t p = 0;
   l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
-  l.a = p, p += up(r * static_cast<std::size_t>(h) * elem);
-  l.a_scales = p, p += is_fp8(t) ? up(r * static_cast<std::size_t>(h / 128) * 4) : 0;
-  l.act = p, p += up(r * static_cast<std::size_t>(i) * elem);
-  l.act_scales = p, p += is_fp8(t) ? up(r * static_cast<std::size_t>(i / 128) * 4) : 0;
-  l.out2 = p, p += up(r * static_cast<std::size_t>(h) * 2);
+  l.a_rounded = p, p += takes_f32_input(t, problem) ? up(m * h * 2) : 0;
+  l.a = p, p += up(r * h * elem);
+  l.a_scales = p, p += is_fp8(t) ? up(r * (h / 128) * 4) : 0;
+  l.act = p, p += up(r * i * elem);
+  l.act_scales = p, p += is_fp8(t) ? up(r * (i / 128) * 4) : 0;
+  l.out2 = p, p += up(r * h * 2);
   l.gemm_ws = p, p += up(gemm::grouped_gemm_workspace_bytes(t, e));
   l.total = p;
   return l;
@@ -84,50 +98,49 @@ std::string GroupedGemmExperts::name() const {
 Support GroupedGemmExperts::supports(const MoeProblem& p) const {
   const bool fp8 = is_fp8(type_);
   if (!gemm::grouped_gemm_available(type_))
-    return Support::no(name() + ": built without the CUTLASS headers");
+    return Support::no("built without the CUTLASS headers");
   try {
-    if (device_runtime::device_count() == 0) return Support::no(name() + ": no CUDA device");
+    if (device_runtime::device_count() == 0) return Support::no("no CUDA device");
     const auto info = device_runtime::device_info(0);
     if (info.sm_major != 9)
-      return Support::no(name() + ": needs SM90 (wgmma/TMA), device is sm_" +
+      return Support::no("needs SM90 (wgmma/TMA), device is sm_" +
                          std::to_string(info.sm_major * 10 + info.sm_minor));
   } catch (const std::exception& e) {
-    return Support::no(name() + ": device query failed: " + e.what());
+    return Support::no(std::string("device query failed: ") + e.what());
   }
   const auto want_w = fp8 ? QuantScheme::kFP8Block128x128 : QuantScheme::kBF16;
   const auto want_a = fp8 ? QuantScheme::kFP8Block1x128 : QuantScheme::kBF16;
   if (p.weight_quant.scheme != want_w)
-    return Support::no(name() + ": weight quant must be " + std::string(scheme_name(want_w)) +
+    return Support::no("weight quant must be " + std::string(scheme_name(want_w)) +
                        ", got " + std::string(scheme_name(p.weight_quant.scheme)));
   if (p.activation_quant.scheme != want_a)
-    return Support::no(name() + ": activation quant must be " + std::string(scheme_name(want_a)) +
+    return Support::no("activation quant must be " + std::string(scheme_name(want_a)) +
                        ", got " + std::string(scheme_name(p.activation_quant.scheme)));
   if (p.activation_dtype != DType::kBF16)
-    return Support::no(name() + ": activation dtype must be bf16");
+    return Support::no("activation dtype must be bf16");
   if (p.layer.activation.kind != Activation::kSiluAndMul ||
       p.layer.activation.layout != GateUpLayout::kHalves)
-    return Support::no(name() + ": only SiLU-and-mul with gate/up halves, got " +
+    return Support::no("only SiLU-and-mul with gate/up halves, got " +
                        p.layer.activation.str());
-  if (p.layer.has_bias) return Support::no(name() + ": expert biases are not supported");
+  if (p.layer.has_bias) return Support::no("expert biases are not supported");
   if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() || p.parallel.low_latency_dispatch)
-    return Support::no(name() + ": single-rank standard format only (no expert map)");
+    return Support::no("single-rank standard format only (no expert map)");
   const int e = p.layer.num_experts;
   if (e < 1 || e > detail::kMaxPermuteExperts)
-    return Support::no(name() + ": experts must be in [1, " +
+    return Support::no("experts must be in [1, " +
                        std::to_string(detail::kMaxPermuteExperts) + "], got " + std::to_string(e));
   const std::int64_t align = fp8 ? 128 : 8;
   if (p.layer.hidden_size % align != 0 || p.layer.intermediate_size % align != 0)
-    return Support::no(name() + ": hidden and intermediate sizes must be multiples of " +
+    return Support::no("hidden and intermediate sizes must be multiples of " +
                        std::to_string(align));
   if (p.num_tokens * p.layer.routing.top_k >= (1ll << 31))
-    return Support::no(name() + ": tokens * top_k must be below 2^31");
+    return Support::no("tokens * top_k must be below 2^31");
   return Support::yes();
 }
 
 Experts::WorkspaceShapes GroupedGemmExperts::workspace_shapes(const MoeProblem& p) const {
   const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
-  const auto l = layout13(type_, p.layer.num_experts, rows, p.layer.hidden_size,
-                          p.layer.intermediate_size);
+  const auto l = layout13(type_, p);
   WorkspaceShapes w;
   w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(l.total)}};
   w.workspace2 = {DType::kBF16, Shape{rows, 2 * p.layer.intermediate_size}};
@@ -185,8 +198,13 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
                    ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
   const DType vt = fp8 ? DType::kE4M3 : DType::kBF16;
-  MOEKIT_CHECK_ARG(in.a1q.values.dtype == vt && in.a1q.values.numel() >= m * h, "in.a1q.values",
-                   std::string(dtype_name(vt)) + " [M, H]", in.a1q.values.str());
+  const bool f32_in = takes_f32_input(type_, p);
+  MOEKIT_CHECK_ARG((in.a1q.values.dtype == vt || (f32_in && in.a1q.values.dtype == DType::kF32)) &&
+                       in.a1q.values.numel() >= m * h,
+                   "in.a1q.values",
+                   std::string(dtype_name(vt)) + " [M, H]" +
+                       (f32_in ? " (or f32: router weight on the input)" : ""),
+                   in.a1q.values.str());
   if (fp8)
     MOEKIT_CHECK_ARG(in.a1q.scales.dtype == DType::kF32 && in.a1q.scales.numel() >= m * (h / 128),
                      "in.a1q.scales", "f32 [M, H/128] (1x128 groups)", in.a1q.scales.str());
@@ -194,7 +212,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
                    "i32 [M, k]", in.topk_ids.str());
   MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
                    "bf16 [M, H]", output.str());
-  const auto l = layout13(type_, e, rows, h, i);
+  const auto l = layout13(type_, p);
   MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
                    ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
   MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * 2 * i) * 2,
@@ -208,8 +226,10 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
                             stream);
   const std::int64_t elem = fp8 ? 1 : 2;
-  detail::gather_rows(in.a1q.values.data, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a),
-                      stream);
+  const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
+                                                        at(workspace13, l.a_rounded), stream)
+                             : in.a1q.values.data;
+  detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a), stream);
   if (fp8)
     detail::gather_rows(in.a1q.scales.data, (h / 128) * 4, sorted, k, rows, used_rows,
                         at(workspace13, l.a_scales), stream);
@@ -250,11 +270,26 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   gemm::grouped_gemm(type_, g2);
 
   // Llama4 applies the router weight on the input: the prepare already folded it in.
-  const bool weights_on_input = p.layer.routing.method == RoutingMethod::kLlama4;
+  const bool weights_on_input = p.apply_router_weight_on_input();
   detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
                                weights_on_input ? nullptr : in.topk_weights.ptr<const float>(), m,
                                k, h, output.data, stream);
 }
+
+namespace detail {
+
+const void* round_input_rows(const TensorView& values, std::int64_t m, std::int64_t h,
+                             void* scratch, StreamHandle stream) {
+  if (values.dtype == DType::kBF16) return values.data;
+  MOEKIT_CHECK_ARG(values.dtype == DType::kF32 && values.numel() >= m * h, "in.a1q.values",
+                   "bf16 or f32 [M, H]", values.str());
+  // RN-even with float_to_bf16 (codecs.hpp), the same rounding as the CPU's convert_rows.
+  cuda::convert_rows(TensorView(values.data, DType::kF32, Shape{m, h}, values.device),
+                     TensorView(scratch, DType::kBF16, Shape{m, h}, values.device), stream);
+  return scratch;
+}
+
+}  // namespace detail
 
 std::unique_ptr<ModularExperts> make_bf16_grouped_experts(const MoeProblem& problem) {
   return std::make_unique<GroupedGemmExperts>(problem, gemm::GroupedGemmType::kBF16);

@@ -4,6 +4,7 @@
 // Standard activation format, modular, ReducePolicy::kAlreadyReduced. apply() runs, all on the
 // stream and graph-capturable (no host sync, no allocation):
 //   permute (expert_offsets, sorted_ids, permuted_row from topk_ids; the order of permute.hpp)
+//   -> (bf16 with the router weight on the input: round the prepare's f32 rows x * w to bf16)
 //   -> gather rows (+ their 1x128 scales) -> GEMM1 [R, 2I] -> SiLU-and-mul (+ fp8 quantize)
 //   -> GEMM2 [R, H] -> weighted top-k sum into [M, H] bf16 (unpermute_reduce's exact arithmetic).
 // The permute helpers are exposed for the benchmark and tests.
@@ -58,6 +59,14 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,
                  int top_k, std::int64_t max_rows, const std::int32_t* num_rows, void* out,
                  StreamHandle stream);
+
+// The GEMM1 input rows as bf16 [M, H]: `values` itself when bf16; f32 values (bf16 activations
+// with the router weight on the input: the NoEP prepare hands over x * w in f32, as the CPU one
+// does) rounded to bf16 RN-even into `scratch` (bf16 [M, H], device), which is returned. The
+// bf16 tensor cores take bf16 A, so this rounding (<= 2^-9 relative per element) is the only
+// difference to the CPU reference's f32 GEMM1 input.
+const void* round_input_rows(const TensorView& values, std::int64_t m, std::int64_t h,
+                             void* scratch, StreamHandle stream);
 
 // out[t, :] (bf16 [M, H]) = sum_j RN(w[t,j] * expert_out[permuted_row[t,j], :]) in slot order.
 void weighted_reduce_bf16(const void* expert_out, const std::int32_t* permuted_row,

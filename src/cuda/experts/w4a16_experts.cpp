@@ -8,6 +8,7 @@
 #include "core/device_runtime.hpp"
 #include "cuda/experts/bf16_experts.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/core/parallel.hpp"
 #include "moekit/gemm/w4a16.hpp"
 
 namespace moekit::cuda {
@@ -18,16 +19,22 @@ std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
+// a_rounded: bf16 [M, H] when the router weight is applied on the input (Llama4): the NoEP
+// prepare then hands over the f32 rows x * w, rounded here (detail::round_input_rows).
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, a, out2, total;
+  std::size_t offsets, sorted_ids, permuted_row, a_rounded, a, out2, total;
 };
-Layout13 layout13(int e, std::int64_t rows, std::int64_t h) {
-  const std::size_t r = static_cast<std::size_t>(rows), hh = static_cast<std::size_t>(h);
+Layout13 layout13(const MoeProblem& problem) {
+  const int e = problem.layer.num_experts;
+  const std::size_t r = static_cast<std::size_t>(problem.num_tokens * problem.layer.routing.top_k);
+  const std::size_t m = static_cast<std::size_t>(problem.num_tokens);
+  const std::size_t hh = static_cast<std::size_t>(problem.layer.hidden_size);
   Layout13 l{};
   std::size_t p = 0;
   l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
+  l.a_rounded = p, p += problem.apply_router_weight_on_input() ? up(m * hh * 2) : 0;
   l.a = p, p += up(r * hh * 2);
   l.out2 = p, p += up(r * hh * 2);
   l.total = p;
@@ -54,56 +61,54 @@ class W4A16Experts : public ModularExperts {
   ReducePolicy reduce_policy() const override { return ReducePolicy::kAlreadyReduced; }
 
   Support supports(const MoeProblem& p) const override {
-    if (!gemm::w4a16_available()) return Support::no(name() + ": built without CUDA");
+    if (!gemm::w4a16_available()) return Support::no("built without CUDA");
     try {
-      if (device_runtime::device_count() == 0) return Support::no(name() + ": no CUDA device");
+      if (device_runtime::device_count() == 0) return Support::no("no CUDA device");
       const auto info = device_runtime::device_info(0);
       if (info.sm_major != 9)
-        return Support::no(name() + ": needs SM90, device is sm_" +
+        return Support::no("needs SM90, device is sm_" +
                            std::to_string(info.sm_major * 10 + info.sm_minor));
     } catch (const std::exception& e) {
-      return Support::no(name() + ": device query failed: " + e.what());
+      return Support::no(std::string("device query failed: ") + e.what());
     }
     const QuantScheme w = p.weight_quant.scheme;
     if (w != QuantScheme::kNVFP4 && w != QuantScheme::kMXFP4)
-      return Support::no(name() + ": weight quant must be nvfp4 or mxfp4, got " +
+      return Support::no("weight quant must be nvfp4 or mxfp4, got " +
                          std::string(scheme_name(w)));
     if (p.weight_quant.layout != ScaleLayout::kLinear)
-      return Support::no(name() + ": weight block scales must be linear, got " +
+      return Support::no("weight block scales must be linear, got " +
                          std::string(layout_name(p.weight_quant.layout)));
     if (p.activation_quant.scheme != QuantScheme::kBF16)
-      return Support::no(name() + ": activation quant must be bf16 (W4A16), got " +
+      return Support::no("activation quant must be bf16 (W4A16), got " +
                          std::string(scheme_name(p.activation_quant.scheme)));
     if (p.activation_dtype != DType::kBF16)
-      return Support::no(name() + ": activation dtype must be bf16");
+      return Support::no("activation dtype must be bf16");
     const Activation act = p.layer.activation.kind;
     if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
         p.layer.activation.layout != GateUpLayout::kHalves)
-      return Support::no(name() + ": only silu / swiglu_oai with gate/up halves, got " +
+      return Support::no("only silu / swiglu_oai with gate/up halves, got " +
                          p.layer.activation.str());
     if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() ||
         p.parallel.low_latency_dispatch)
-      return Support::no(name() + ": single-rank standard format only (no expert map)");
+      return Support::no("single-rank standard format only (no expert map)");
     const int e = p.layer.num_experts;
     if (e < 1 || e > detail::kMaxPermuteExperts)
-      return Support::no(name() + ": experts must be in [1, " +
+      return Support::no("experts must be in [1, " +
                          std::to_string(detail::kMaxPermuteExperts) + "], got " +
                          std::to_string(e));
     if (p.layer.hidden_size % 64 != 0 || p.layer.intermediate_size % 64 != 0)
-      return Support::no(name() + ": hidden and intermediate sizes must be multiples of 64, got " +
+      return Support::no("hidden and intermediate sizes must be multiples of 64, got " +
                          std::to_string(p.layer.hidden_size) + " and " +
                          std::to_string(p.layer.intermediate_size));
     if (p.num_tokens * p.layer.routing.top_k >= (std::int64_t{1} << 31))
-      return Support::no(name() + ": tokens * top_k must be below 2^31");
+      return Support::no("tokens * top_k must be below 2^31");
     return Support::yes();
   }
 
   WorkspaceShapes workspace_shapes(const MoeProblem& p) const override {
     const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
     WorkspaceShapes w;
-    w.workspace13 = {DType::kU8,
-                     Shape{static_cast<std::int64_t>(
-                         layout13(p.layer.num_experts, rows, p.layer.hidden_size).total)}};
+    w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(layout13(p).total)}};
     w.workspace2 = {DType::kBF16, Shape{rows, p.layer.intermediate_size}};
     w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
     return w;
@@ -133,8 +138,8 @@ class W4A16Experts : public ModularExperts {
       const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
       const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
       Tensor sc(DType::kU8, Shape{e * n * k / 2}), ssh(DType::kU8, Shape{e * n * k / sfv});
-      gemm::w4a16_shuffle_weights(f, e, n, k, gated, codes, scales, sc.ptr<std::uint8_t>(),
-                                  ssh.ptr<std::uint8_t>());
+      detail::w4a16_shuffle_per_expert(f, e, n, k, gated, codes, scales, sc.ptr<std::uint8_t>(),
+                                       ssh.ptr<std::uint8_t>());
       out.codes = Tensor(DType::kU8, sc.shape(), Device::cuda(0));
       out.scales = Tensor(DType::kU8, ssh.shape(), Device::cuda(0));
       copy(out.codes, sc);
@@ -178,13 +183,18 @@ class W4A16Experts : public ModularExperts {
                      activation_format_name(in.format));
     MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
                      ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
-    MOEKIT_CHECK_ARG(in.a1q.values.dtype == DType::kBF16 && in.a1q.values.numel() >= m * h,
-                     "in.a1q.values", "bf16 [M, H]", in.a1q.values.str());
+    const bool f32_in = p.apply_router_weight_on_input();
+    MOEKIT_CHECK_ARG(
+        (in.a1q.values.dtype == DType::kBF16 || (f32_in && in.a1q.values.dtype == DType::kF32)) &&
+            in.a1q.values.numel() >= m * h,
+        "in.a1q.values",
+        std::string("bf16 [M, H]") + (f32_in ? " (or f32: router weight on the input)" : ""),
+        in.a1q.values.str());
     MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows,
                      "in.topk_ids", "i32 [M, k]", in.topk_ids.str());
     MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
                      "bf16 [M, H]", output.str());
-    const Layout13 l = layout13(e, rows, h);
+    const Layout13 l = layout13(p);
     MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
                      ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
     MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * i) * 2, "workspace2",
@@ -197,8 +207,10 @@ class W4A16Experts : public ModularExperts {
     detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
                               prow, stream);
     // The GEMM could gather itself (row_index) if it divided sorted ids by k; one pass for now.
-    detail::gather_rows(in.a1q.values.data, h * 2, sorted, k, rows, offsets + e,
-                        at(workspace13, l.a), stream);
+    const void* a_src =
+        f32_in ? detail::round_input_rows(in.a1q.values, m, h, at(workspace13, l.a_rounded), stream)
+               : in.a1q.values.data;
+    detail::gather_rows(a_src, h * 2, sorted, k, rows, offsets + e, at(workspace13, l.a), stream);
 
     const gemm::W4Format f = format_of(p.weight_quant.scheme);
     gemm::W4A16GemmArgs g1;
@@ -251,6 +263,25 @@ class W4A16Experts : public ModularExperts {
 };
 
 }  // namespace
+
+namespace detail {
+
+void w4a16_shuffle_per_expert(gemm::W4Format format, std::int64_t num_experts, std::int64_t n,
+                              std::int64_t k, bool gated, const std::uint8_t* codes,
+                              const std::uint8_t* scales, std::uint8_t* out_codes,
+                              std::uint8_t* out_scales) {
+  // Both layouts are expert-major ([E][...] with n*k/2 code bytes and n*k/sfv scale bytes per
+  // expert, see sm90_w4a16_weight_shuffle.cpp), so expert x is the one-expert shuffle of its slice.
+  const std::int64_t code_bytes = n * k / 2, scale_bytes = n * k / gemm::w4_scale_block(format);
+  parallel_for(num_experts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t x = begin; x < end; ++x)
+      gemm::w4a16_shuffle_weights(format, 1, n, k, gated, codes + x * code_bytes,
+                                  scales + x * scale_bytes, out_codes + x * code_bytes,
+                                  out_scales + x * scale_bytes);
+  });
+}
+
+}  // namespace detail
 
 std::unique_ptr<ModularExperts> make_w4a16_grouped_experts(const MoeProblem& problem) {
   return std::make_unique<W4A16Experts>(problem);

@@ -2,18 +2,32 @@
 // (moekit/gemm/w4a16.hpp). Standard activation format, modular, ReducePolicy::kAlreadyReduced.
 // apply(), all on the stream and graph-capturable (no host sync, no allocation):
 //   permute (expert_offsets, sorted_ids, permuted_row; cuda::detail::permute_by_expert)
-//   -> gather rows -> W4A16 GEMM1 with bias + SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias)
+//   -> (router weight on the input: round the prepare's f32 rows x * w to bf16) -> gather rows -> W4A16 GEMM1 with bias + SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias)
 //   -> weighted top-k sum into [M, H] bf16 (cuda::detail::weighted_reduce_bf16).
-// prepare_weights() shuffles the weights on the host (w4a16_shuffle_weights) and keeps device
-// copies; NVFP4 global (encode) scales become per-expert alphas 1/gs.
+// prepare_weights() shuffles the weights on the host (w4a16_shuffle_weights, experts in parallel)
+// and keeps device copies; NVFP4 global (encode) scales become per-expert alphas 1/gs.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "moekit/framework/experts.hpp"
+#include "moekit/gemm/w4a16.hpp"
 
 namespace moekit::cuda {
 
 std::unique_ptr<ModularExperts> make_w4a16_grouped_experts(const MoeProblem& problem);
+
+namespace detail {
+
+// gemm::w4a16_shuffle_weights over [E, N, K/2] codes / [E, N, K/sfv] LINEAR scales, one expert per
+// parallel_for task (the host shuffle is ~10 ns per code single-threaded: minutes for the large
+// presets). Output identical to the single call.
+void w4a16_shuffle_per_expert(gemm::W4Format format, std::int64_t num_experts, std::int64_t n,
+                              std::int64_t k, bool gated, const std::uint8_t* codes,
+                              const std::uint8_t* scales, std::uint8_t* out_codes,
+                              std::uint8_t* out_scales);
+
+}  // namespace detail
 
 }  // namespace moekit::cuda

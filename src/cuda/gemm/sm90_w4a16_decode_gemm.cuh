@@ -10,6 +10,13 @@
 // per unit, where warp 0 adds the partial sums in warp order (deterministic)
 // and runs the epilogue while the others keep streaming. Shared helpers and the
 // weight layout: sm90_w4a16_grouped_gemm.cuh.
+//
+// Split-K across CTAs (few units, e.g. M = 1 or a 2-expert GEMM2): launched as a
+// thread-block cluster of S CTAs, the cluster acts as one CTA of S * kWarpsK
+// K-warps. At a unit's end every CTA's partials sit in its own shared memory;
+// after one cluster barrier, warp 0 of CTA rank 0 reads them through DSMEM in
+// (rank, warp) order (deterministic, no atomics, no workspace) and runs the
+// epilogue. Launched without a cluster, S = 1 and this is the CTA-only path.
 #pragma once
 
 #include "sm90_w4a16_grouped_gemm.cuh"
@@ -35,6 +42,35 @@ struct DecodeConfig {
     return kLutBytes + ((num_experts + 1) * 4 + 127) / 128 * 128 + kRedBytes;
   }
 };
+
+__device__ __forceinline__ std::uint32_t cluster_reg_ctarank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ std::uint32_t cluster_reg_nctarank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+// All threads of all CTAs of the cluster (release / acquire: shared-memory
+// writes before it are visible to DSMEM reads after it).
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+// Shared-memory address `addr` of this CTA mapped to the same offset in CTA
+// `rank` of the cluster.
+__device__ __forceinline__ std::uint32_t cluster_map(std::uint32_t addr, std::uint32_t rank) {
+  std::uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float cluster_ld(std::uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
 
 __device__ __forceinline__ uint4 load_activation(const __nv_bfloat16* p, bool valid) {
   uint4 v = make_uint4(0, 0, 0, 0);
@@ -72,7 +108,12 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
   }
 }
 
-template <typename Cfg, bool kNvfp4, int kEpi>
+// kPdl (v5): launched as a programmatic dependent of the previous kernel
+// (W4A16GemmArgs::overlap_previous): the prologue, the weight ring's first
+// kStages items and an L2 prefetch of the first unit run before pdl_wait; the
+// activations after it; it also lets its own dependent launch early.
+// kPdl = false is the v4 kernel, unchanged (no griddepcontrol at all).
+template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     w4a16_decode_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -83,7 +124,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int tid = threadIdx.x, lane = tid % 32, wk = tid / 32;
   const int g = lane / 4, t = lane % 4;
 
+  if constexpr (kPdl) pdl_launch_dependents();
   for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
+  // kPdl: before pdl_wait only expert_offsets, w and w_scales are read (a PDL
+  // launch requires that the previous kernel writes none of them).
   if (wk == 0) {
     int carry = 0;
     if (lane == 0) tile_start[0] = 0;
@@ -106,10 +150,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row_tiles16 = p.n / 16;
   const int cta_row_tiles = (row_tiles16 + Cfg::kTilesM - 1) / Cfg::kTilesM;
   const int units = total_tiles * cta_row_tiles;
-  if (static_cast<int>(blockIdx.x) >= units) return;
-  const int my_units = (units - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
+  // Cluster (1-D, S CTAs with consecutive blockIdx.x): S = 1 without a cluster
+  // launch. Units go to clusters; K chunks to the S * kWarpsK warps of one.
+  const int csize = static_cast<int>(cluster_reg_nctarank());
+  const int crank = static_cast<int>(cluster_reg_ctarank());
+  const int cid = static_cast<int>(blockIdx.x) / csize;
+  const int nclusters = static_cast<int>(gridDim.x) / csize;
+  if (cid >= units) return;  // uniform over the cluster
+  const int my_units = (units - 1 - cid) / nclusters + 1;
   const int chunks = p.k / 64;
-  const int per_unit = (chunks + Cfg::kWarpsK - 1) / Cfg::kWarpsK;  // items per unit per warp
+  const int ksplit = csize * Cfg::kWarpsK;  // K-warps of the cluster
+  const int kw = crank * Cfg::kWarpsK + wk;  // this warp's K slot
+  const int per_unit = (chunks + ksplit - 1) / ksplit;  // items per unit per warp
   const int items = my_units * per_unit;
   constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
   const int scale_lane = kNvfp4 ? lane * 2 : (g * 2 + t / 2) * 2;
@@ -119,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     int e, row_begin, row_end, rt0;
   };
   auto decode_unit = [&](int i) {
-    const int u = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+    const int u = cid + i * nclusters;
     const int tt = u % total_tiles;
     int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] <= tt
     while (lo < hi) {
@@ -139,22 +191,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- load cursor: the item `kStages` ahead of compute ----
   int ld_unit = 0, ld_ci = 0;
-  const std::uint8_t* wptr[Cfg::kTilesM];
-  const std::uint8_t* sptr[Cfg::kTilesM];
-  bool w_ok[Cfg::kTilesM];
+  // The unit's row tiles are consecutive: tile m's chunk c is at
+  // wbase + (m * chunks + c) * 512 (one base pointer instead of kTilesM: fewer
+  // registers); tiles m >= w_tiles (past N) are not loaded.
+  const std::uint8_t* wbase;
+  const std::uint8_t* sbase;
+  int w_tiles;
   auto set_load_unit = [&](int i) {
     const Unit un = decode_unit(i);
-#pragma unroll
-    for (int m = 0; m < Cfg::kTilesM; ++m) {
-      const int rt = un.rt0 + m;
-      w_ok[m] = rt < row_tiles16;
-      const std::int64_t tile =
-          (static_cast<std::int64_t>(un.e) * row_tiles16 + (w_ok[m] ? rt : 0)) * chunks;
-      wptr[m] = p.w + tile * 512 + lane * 16;
-      sptr[m] = p.w_scales + tile * kScaleRecord + scale_lane;
-    }
+    w_tiles = row_tiles16 - un.rt0;
+    const std::int64_t tile = (static_cast<std::int64_t>(un.e) * row_tiles16 + un.rt0) * chunks;
+    wbase = p.w + tile * 512 + lane * 16;
+    sbase = p.w_scales + tile * kScaleRecord + scale_lane;
   };
   set_load_unit(0);
+  if (kPdl && tid == 0 && crank == 0) {
+    // PDL: pull the first K chunks of this cluster's first unit into L2 while
+    // the previous kernel finishes (all clusters together at most
+    // kPrefetchBudget bytes, so that the previous kernel's streaming does not
+    // evict them before use; chunks in the order the warps consume them).
+    constexpr std::int64_t kPrefetchBudget = 16 << 20;
+    const Unit un = decode_unit(0);
+    const int tiles = min(Cfg::kTilesM, row_tiles16 - un.rt0);
+    const std::int64_t per_cluster = kPrefetchBudget / nclusters;
+    const std::int64_t fit = per_cluster / (tiles * (512 + kScaleRecord));
+    const int pc = fit < chunks ? static_cast<int>(fit) : chunks;
+    const std::int64_t tile = (static_cast<std::int64_t>(un.e) * row_tiles16 + un.rt0) * chunks;
+    const bool scales_aligned = reinterpret_cast<std::uintptr_t>(p.w_scales) % 16 == 0;
+    for (int m = 0; m < tiles && pc > 0; ++m) {
+      const std::int64_t item = tile + static_cast<std::int64_t>(m) * chunks;
+      l2_prefetch(p.w + item * 512, static_cast<std::uint32_t>(pc * 512));
+      if (scales_aligned)
+        l2_prefetch(p.w_scales + item * kScaleRecord, static_cast<std::uint32_t>(pc * kScaleRecord));
+    }
+  }
   // ---- activation cursor: trails the weight cursor by kStages - kXStages
   // items ----
   int x_unit = 0, x_ci = 0;
@@ -170,22 +240,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       xptr[nt] = p.a + src * p.lda + t * 16;
     }
   };
-  set_x_unit(0);
-  // Per-item chunk of this warp: c = ci * kWarpsK + wk (absent when >= chunks).
+  if constexpr (!kPdl) set_x_unit(0);
+  // Per-item chunk of this warp: c = ci * ksplit + kw (absent when >= chunks).
   auto load_item_w = [&](uint4(&wr)[Cfg::kTilesM], std::uint32_t(&sr)[Cfg::kTilesM], int unit,
                          int ci) {
-    const int c = ci * Cfg::kWarpsK + wk;
+    const int c = ci * ksplit + kw;
     const bool ok = unit < my_units && c < chunks;
 #pragma unroll
     for (int m = 0; m < Cfg::kTilesM; ++m) {
-      wr[m] = load_weights<Cfg::kL2Prefetch>(wptr[m] + static_cast<std::int64_t>(c) * 512,
-                                             ok && w_ok[m]);
-      sr[m] = load_scales<Cfg::kL2Prefetch>(sptr[m] + static_cast<std::int64_t>(c) * kScaleRecord,
-                                            ok && w_ok[m]);
+      const std::int64_t item = static_cast<std::int64_t>(m) * chunks + c;
+      wr[m] = load_weights<Cfg::kL2Prefetch>(wbase + item * 512, ok && m < w_tiles);
+      sr[m] = load_scales<Cfg::kL2Prefetch>(sbase + item * kScaleRecord, ok && m < w_tiles);
     }
   };
   auto load_item_x = [&](uint4(&xr)[Cfg::kTilesN][2], int unit, int ci) {
-    const int c = ci * Cfg::kWarpsK + wk;
+    const int c = ci * ksplit + kw;
     const bool ok = unit < my_units && c < chunks;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
@@ -197,19 +266,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   uint4 wring[Cfg::kStages][Cfg::kTilesM];
   std::uint32_t sring[Cfg::kStages][Cfg::kTilesM];
   uint4 xring[Cfg::kXStages][Cfg::kTilesN][2];
+  if constexpr (kPdl) {
+    // Weights first (independent of the previous kernel), then wait for it,
+    // then the activations (row_index, a).
 #pragma unroll
-  for (int st = 0; st < Cfg::kStages; ++st) {
-    if (st < Cfg::kXStages) {
+    for (int st = 0; st < Cfg::kStages; ++st) {
+      load_item_w(wring[st], sring[st], ld_unit, ld_ci);
+      if (++ld_ci == per_unit) {
+        ld_ci = 0;
+        if (++ld_unit < my_units) set_load_unit(ld_unit);
+      }
+    }
+    pdl_wait();
+    set_x_unit(0);
+#pragma unroll
+    for (int st = 0; st < Cfg::kXStages; ++st) {
       load_item_x(xring[st], x_unit, x_ci);
       if (++x_ci == per_unit) {
         x_ci = 0;
         if (++x_unit < my_units) set_x_unit(x_unit);
       }
     }
-    load_item_w(wring[st], sring[st], ld_unit, ld_ci);
-    if (++ld_ci == per_unit) {
-      ld_ci = 0;
-      if (++ld_unit < my_units) set_load_unit(ld_unit);
+  } else {  // v4 order
+#pragma unroll
+    for (int st = 0; st < Cfg::kStages; ++st) {
+      if (st < Cfg::kXStages) {
+        load_item_x(xring[st], x_unit, x_ci);
+        if (++x_ci == per_unit) {
+          x_ci = 0;
+          if (++x_unit < my_units) set_x_unit(x_unit);
+        }
+      }
+      load_item_w(wring[st], sring[st], ld_unit, ld_ci);
+      if (++ld_ci == per_unit) {
+        ld_ci = 0;
+        if (++ld_unit < my_units) set_load_unit(ld_unit);
+      }
     }
   }
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
@@ -226,7 +318,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int st = 0; st < Cfg::kStages; ++st) {
       if (q0 + st < items) {
         const int xs = st % Cfg::kXStages;
-        if (cu_ci * Cfg::kWarpsK + wk < chunks) {
+        if (cu_ci * ksplit + kw < chunks) {
 #pragma unroll
           for (int m = 0; m < Cfg::kTilesM; ++m) {
             const std::uint32_t sc_lo = lut[sring[st][m] & 0xFF];
@@ -257,12 +349,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           x_ci = 0;
           if (++x_unit < my_units) set_x_unit(x_unit);
         }
-        // Unit end (uniform across the CTA): reduce over K warps, epilogue by
-        // warp 0.
+        // Unit end (uniform across the cluster): reduce over K warps, epilogue
+        // by warp 0 of CTA rank 0.
         if (++cu_ci == per_unit) {
           float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
-          if constexpr (Cfg::kWarpsK > 1) {
-            if (wk > 0) {
+          if (Cfg::kWarpsK > 1 || csize > 1) {
+            if (wk > 0 || crank > 0) {
 #pragma unroll
               for (int m = 0; m < Cfg::kTilesM; ++m)
 #pragma unroll
@@ -272,9 +364,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                     buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane] =
                         acc[m][nt][r];
             }
-            __syncthreads();
+            if (csize > 1)
+              cluster_barrier();
+            else
+              __syncthreads();
           }
-          if (wk == 0) {
+          if (wk == 0 && crank == 0) {
             for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
 #pragma unroll
               for (int m = 0; m < Cfg::kTilesM; ++m)
@@ -284,6 +379,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                   for (int r = 0; r < 4; ++r)
                     acc[m][nt][r] +=
                         buf[((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane];
+            for (int cr = 1; cr < csize; ++cr) {  // fixed (rank, warp) order: deterministic
+              const std::uint32_t rbuf =
+                  cluster_map(smem_addr(buf), static_cast<std::uint32_t>(cr));
+              for (int w = 0; w < Cfg::kWarpsK; ++w) {
+#pragma unroll
+                for (int m = 0; m < Cfg::kTilesM; ++m) {  // one row tile at a time: registers
+                  float v[Cfg::kTilesN][4];
+#pragma unroll
+                  for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                      v[nt][r] = cluster_ld(
+                          rbuf +
+                          (((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane) *
+                              4);
+#pragma unroll
+                  for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) acc[m][nt][r] += v[nt][r];
+                }
+              }
+            }
             const Unit un = decode_unit(cu_unit);
 #pragma unroll
             for (int m = 0; m < Cfg::kTilesM; ++m) {
@@ -306,6 +423,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
   }
+  // No CTA may exit while rank 0 can still read its shared memory.
+  if (csize > 1) cluster_barrier();
 }
 
 }  // namespace moekit::gemm::sm90_w4a16

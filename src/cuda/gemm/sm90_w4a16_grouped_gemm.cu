@@ -3,7 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
@@ -16,19 +20,34 @@ namespace {
 
 using namespace sm90_w4a16;
 
-// Tile table, chosen by the 2026-11-29 variant sweep (docs/kernels/w4a16.md).
+// Tile table, chosen by the 2026-11-29 variant sweeps (docs/kernels/w4a16.md).
 // decode8 (sm90_w4a16_decode_gemm.cuh; warps splitting K, tiles M/N per warp,
 // ring depth, min CTAs per SM): 32 weight rows x 8 tokens, 4 warps split K and
 // each streams two 16-row tiles through a 4-deep register ring across units
-// (two independent MMA chains per warp; 4 CTAs per SM). decode16: 16 x 16, 2
-// warps split K (8 CTAs per SM). mid32 / large (this file's kernel; warps M x N
-// x K, tiles per warp, cp.async stages): 64 x 32 and 128 x 64; large reuses
-// each dequantized 32-row fragment over 64 tokens (1/8 of decode's dequant per
-// MMA); 64 tokens also wastes less of a tile on DeepSeek's ~128 rows per expert
-// than 128.
+// (two independent MMA chains per warp; 4 CTAs per SM); used when units are
+// scarce, else the 64-row Decode8Wide. decode16: 16 x 16, 2 warps split K (8
+// CTAs per SM). mid32 / large (this file's kernel; warps M x N x K, tiles per
+// warp, cp.async stages): 128 x 32 and 128 x 64; large reuses each dequantized
+// 32-row fragment over 64 tokens (1/8 of decode's dequant per MMA); 64 tokens
+// also wastes less of a tile on DeepSeek's ~128 rows per expert than 128.
 using Decode8 = DecodeConfig<4, 2, 1, 4, 4>;
-using Decode16 = DecodeConfig<2, 1, 2, 4>;
-using Mid32 = TileConfig<2, 2, 2, 2, 2, 4>;
+// decode8 with enough units: 64 rows x 8 tokens, each warp streams four 16-row
+// tiles through a 2-deep ring (four independent MMA / dequant chains; v4 sweep:
+// 10-25% faster than two tiles x 4 deep, slower when units are scarce).
+using Decode8Wide = DecodeConfig<4, 4, 1, 2, 4>;
+using Decode16 = DecodeConfig<2, 1, 2, 4, 8>;
+// decode16 with enough units (v5): 64 rows x 16 tokens, 4 K-warps of four
+// 16-row tiles x two 8-token tiles, ring 2, 3 CTAs per SM (up to 168
+// registers). Each warp reads as many activation bytes (from L2) as weight
+// bytes (from HBM) per chunk (the 16 x 16 config: 4x), and dequantizes each
+// weight fragment once for 16 tokens. v5 run: 17-25% faster than 16 x 16
+// wherever chosen, still slower than mid32 at 16 rows/expert (Mixtral M = 64
+// 481 vs 428 us) and decode8 at <= 8: kAuto does not pick decode16.
+using Decode16Wide = DecodeConfig<4, 4, 2, 2, 3>;
+// mid32: 128 rows x 32 tokens, 4 warps each 32 rows x 32 tokens, activations
+// through shared memory (v4 sweep, Mixtral M = 64: 276 + 154 us vs decode16's
+// 526 + 280 and the v3 64 x 32 x 8-warp mid32's 449 + 213).
+using Mid32 = TileConfig<4, 1, 1, 2, 4, 4>;
 using Large = TileConfig<4, 1, 1, 2, 8, 4>;
 
 int multiprocessors() {
@@ -41,18 +60,98 @@ int multiprocessors() {
   return count;
 }
 
-template <typename Cfg, bool kNvfp4, int kEpi>
+template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl>
 constexpr auto kernel_for() {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
   } else {
-    return w4a16_decode_gemm_kernel<Cfg, kNvfp4, kEpi>;
+    return w4a16_decode_gemm_kernel<Cfg, kNvfp4, kEpi, kPdl>;
   }
 }
 
-template <typename Cfg, bool kNvfp4, int kEpi>
+cudaLaunchConfig_t cluster_launch_config(unsigned grid, int threads, int smem, int csize,
+                                         cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(csize);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Appends the programmatic-dependent-launch attribute to cfg (cfg->attrs must
+// point into `attrs`, which has room for one more).
+void add_pdl_attribute(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attrs) {
+  cudaLaunchAttribute& a = attrs[cfg->numAttrs];
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  cfg->attrs = attrs;
+  ++cfg->numAttrs;
+}
+
+// Co-resident clusters of `csize` CTAs of `kernel` on this device (host-side
+// occupancy query, cached: no stream work, graph-capture safe).
+template <typename Kernel>
+int max_active_clusters(Kernel kernel, int threads, int smem, int csize) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, csize * 64 + dev);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch_config(
+      static_cast<unsigned>(csize * multiprocessors()), threads, smem, csize, nullptr, &attr);
+  int clusters = 0;
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  cache[key] = clusters;
+  return clusters;
+}
+
+// Expected work units (kRows weight rows x kTokens tokens x all of K) under
+// uniform routing: m rows over E experts touch E (1 - (1 - 1/E)^m) of them.
+double estimated_units(const W4A16GemmArgs& args, int tokens, int rows) {
+  const double e = args.num_experts, m = static_cast<double>(args.m);
+  const double distinct = e * (1.0 - std::pow(1.0 - 1.0 / e, m));
+  const double token_tiles = std::ceil(std::max(distinct - 1e-6, m / tokens));
+  return token_tiles * static_cast<double>((args.n + rows - 1) / rows);
+}
+
+// CTA slots the persistent grid may use.
+int cta_slots(const W4A16GemmArgs& args, int per_sm) {
+  const int slots = per_sm * multiprocessors();
+  return args.max_ctas > 0 ? std::min(slots, args.max_ctas) : slots;
+}
+
+// Cluster size for the decode kernel's split-K (2026-11-29 v4 sweep): a split
+// pays only when the units leave at least half of the CTA slots empty (e.g.
+// Mixtral's M = 1 GEMM2: 256 units for 528 slots, 42 -> 30 us with 2); with
+// more units, or splits that need a second round, the per-unit cluster barrier
+// costs more than the extra warps bring.
+template <typename Cfg>
+int choose_k_split(const W4A16GemmArgs& args, int per_sm) {
+  if (args.k_split > 0) return args.k_split;
+  const double units = estimated_units(args, Cfg::kTokens, Cfg::kRows);
+  return (units * 2 <= cta_slots(args, per_sm) && args.k / 64 >= 4 * Cfg::kWarpsK) ? 2 : 1;
+}
+
+// kPdl: the decode kernel launched as a programmatic dependent of the previous
+// kernel (overlap_previous). mid32 / large ignore overlap_previous: the v5
+// sweep measured them 5-7% slower with it (Mixtral M = 64), as their early
+// CTAs only gain the launch latency.
+template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl = false>
 void launch_config(const W4A16GemmArgs& args, const Params& params) {
-  auto kernel = kernel_for<Cfg, kNvfp4, kEpi>();
+  if constexpr (!kPdl && !requires { Cfg::kWarpsM; }) {
+    if (args.overlap_previous) return launch_config<Cfg, kNvfp4, kEpi, true>(args, params);
+  }
+  auto kernel = kernel_for<Cfg, kNvfp4, kEpi, kPdl>();
   const int smem = Cfg::smem_bytes(args.num_experts);
   MOEKIT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -66,12 +165,43 @@ void launch_config(const W4A16GemmArgs& args, const Params& params) {
   const std::int64_t token_tiles =
       (args.m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(args.num_experts, args.m);
   const std::int64_t row_tiles = (args.n + Cfg::kRows - 1) / Cfg::kRows;
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  if constexpr (!requires { Cfg::kWarpsM; }) {  // decode kernel: optional cluster split-K
+    const int csize = choose_k_split<Cfg>(args, per_sm);
+    if (csize > 1) {
+      const int clusters = max_active_clusters(kernel, Cfg::kThreads, smem, csize);
+      MOEKIT_CHECK(clusters > 0, "w4a16_grouped_gemm: k_split ", csize,
+                   " does not fit on this device (tile ", w4_tile_name(args.tile), ")");
+      std::int64_t n_clusters = std::min<std::int64_t>(token_tiles * row_tiles, clusters);
+      if (args.max_ctas > 0)
+        n_clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(n_clusters,
+                                                                      args.max_ctas / csize));
+      cudaLaunchAttribute attrs[2];
+      cudaLaunchConfig_t cfg =
+          cluster_launch_config(static_cast<unsigned>(n_clusters * csize), Cfg::kThreads, smem,
+                                csize, stream, &attrs[0]);
+      if (kPdl) add_pdl_attribute(&cfg, attrs);
+      MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+      return;
+    }
+  }
   std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
                                              static_cast<std::int64_t>(per_sm) * multiprocessors());
   if (args.max_ctas > 0) grid = std::min<std::int64_t>(grid, args.max_ctas);
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem,
-           static_cast<cudaStream_t>(args.stream)>>>(params);
-  MOEKIT_CUDA_CHECK_LAUNCH();
+  if constexpr (kPdl) {
+    cudaLaunchAttribute attrs[1];
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+    cfg.blockDim = dim3(static_cast<unsigned>(Cfg::kThreads), 1, 1);
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    cfg.stream = stream;
+    cfg.attrs = attrs;
+    add_pdl_attribute(&cfg, attrs);
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  } else {
+    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(params);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 template <typename Cfg>
@@ -102,8 +232,9 @@ W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   const std::int64_t active =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
   const std::int64_t per_expert = (args.m + active - 1) / active;
+  // decode16 is not chosen: every warp reads its 16 tokens' activations from
+  // L2 (4x the weight bytes), mid32 shares them through shared memory (v4).
   if (per_expert <= 8) return W4Tile::kDecode8;
-  if (per_expert <= 16) return W4Tile::kDecode16;
   if (per_expert <= 48) return W4Tile::kMid32;
   return W4Tile::kLarge;
 }
@@ -121,6 +252,7 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   const std::int64_t out_width = is_gated ? args.n / 2 : args.n;
   const std::int64_t ldo = args.ldo == 0 ? out_width : args.ldo;
   MOEKIT_CHECK_ARG(ldo >= out_width, "ldo", ">= output width " + std::to_string(out_width), ldo);
+  MOEKIT_CHECK_ARG(args.k_split >= 0 && args.k_split <= 8, "k_split", "in [0, 8]", args.k_split);
   if (args.m == 0) return;
   MOEKIT_CHECK_ARG(args.expert_offsets != nullptr || args.num_experts == 1, "expert_offsets",
                    "a device pointer (null only for num_experts == 1: dense)", "null");
@@ -158,10 +290,20 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   W4A16GemmArgs resolved = args;
   resolved.tile = w4a16_resolve_tile(args);
   switch (resolved.tile) {
-    case W4Tile::kDecode8:
-      return dispatch_format_epilogue<Decode8>(resolved, params);
-    case W4Tile::kDecode16:
-      return dispatch_format_epilogue<Decode16>(resolved, params);
+    case W4Tile::kDecode8: {
+      // Wide when its units fill at least half of the CTA slots (4 per SM).
+      const bool wide = estimated_units(resolved, Decode8Wide::kTokens, Decode8Wide::kRows) * 2 >=
+                        cta_slots(resolved, Decode8Wide::kMinBlocks);
+      return wide ? dispatch_format_epilogue<Decode8Wide>(resolved, params)
+                  : dispatch_format_epilogue<Decode8>(resolved, params);
+    }
+    case W4Tile::kDecode16: {
+      const bool wide = estimated_units(resolved, Decode16Wide::kTokens, Decode16Wide::kRows) *
+                            2 >=
+                        cta_slots(resolved, Decode16Wide::kMinBlocks);
+      return wide ? dispatch_format_epilogue<Decode16Wide>(resolved, params)
+                  : dispatch_format_epilogue<Decode16>(resolved, params);
+    }
     case W4Tile::kMid32:
       return dispatch_format_epilogue<Mid32>(resolved, params);
     case W4Tile::kLarge:

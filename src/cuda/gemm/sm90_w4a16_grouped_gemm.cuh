@@ -38,6 +38,26 @@ struct Params {
   int m;  // rows; used when expert_offsets is null (dense: one expert, rows [0, m))
 };
 
+// Programmatic dependent launch (PDL, decode kernel with kPdl).
+// pdl_launch_dependents lets the next kernel on the stream launch once all CTAs
+// of this grid have issued it (the grids are persistent, at most one CTA per
+// slot: an early dependent only takes slots this grid leaves free); a grid
+// that never issues it triggers when its CTAs exit. pdl_wait returns once the
+// previous kernel has completed and its writes are visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Asynchronous L2 prefetch of [p, p + bytes) (p 16-byte aligned, bytes % 16 == 0).
+__device__ __forceinline__ void l2_prefetch(const void* p, std::uint32_t bytes) {
+  constexpr std::uint32_t kPiece = 32768;
+  const char* c = static_cast<const char*>(p);
+  for (std::uint32_t off = 0; off < bytes; off += kPiece) {
+    const std::uint32_t n = bytes - off < kPiece ? bytes - off : kPiece;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + off), "r"(n) : "memory");
+  }
+}
+
 // expert_offsets[e], or the dense layer's {0, m} when there is no offsets array.
 __device__ __forceinline__ int expert_offset(const Params& p, int e) {
   return p.expert_offsets ? p.expert_offsets[e] : (e == 0 ? 0 : p.m);
@@ -131,17 +151,32 @@ __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32
 }
 
 // One 32-bit word of 8 e2m1 codes -> the four bf16x2 A registers of one k16
-// step. Extraction s moves nibbles 3-s and 7-s to bits 15..12 / 31..28, then
-// places sign | exponent | mantissa so the bf16 equals e2m1 * 2^-126 (code 0.5
-// becomes a bf16 subnormal; bf16 multiplies keep subnormals).
+// step (a0: row g, a1: row g + 8, a2: row g, a3: row g + 8). Each register is
+// sign | exponent | mantissa bits placed so that the bf16 equals
+// e2m1 * 2^-126 (kTargetBits: sign 15, e1 e0 m at 8..6, in both halves; code
+// 0.5 becomes a bf16 subnormal, bf16 multiplies keep subnormals). The offline
+// shuffle stores the bits so that a left rotation by 0, 4, 10 lines up a0, a1,
+// a2 with kTargetBits (three disjoint rotations of the pattern), and a3 is the
+// rest: bit 6 after a rotation by 6, bits 15, 8, 7 after one by 14 (searched
+// exhaustively; a fourth disjoint rotation does not exist). 9 integer ops per
+// word instead of 15.
+constexpr std::uint32_t kTargetBits = 0x81C081C0u;  // bits 6, 7, 8, 15 of each half
+constexpr std::uint32_t kA3LowBits = 0x00400040u;   // bit 6 of each half (rotation 6)
+constexpr int kRotation1 = 4, kRotation2 = 10;      // a1, a2 (a0: none)
+constexpr int kA3HighRotation = 14;                 // a3's bits 7, 8, 15
+constexpr int kA3LowRotation = 6;                   // a3's bit 6
+
+__device__ __forceinline__ std::uint32_t rotl(std::uint32_t x, int r) {
+  return __funnelshift_l(x, x, r);
+}
+
 __device__ __forceinline__ void dequant_word(std::uint32_t q, std::uint32_t scale_lo,
                                              std::uint32_t scale_hi, std::uint32_t (&a)[4]) {
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    const std::uint32_t y = q << (4 * s);
-    const std::uint32_t v = (y & 0x80008000u) | ((y >> 6) & 0x01C001C0u);
-    a[s] = bf16x2_mul(v, (s % 2 == 0) ? scale_lo : scale_hi);
-  }
+  a[0] = bf16x2_mul(q & kTargetBits, scale_lo);
+  a[1] = bf16x2_mul(rotl(q, kRotation1) & kTargetBits, scale_hi);
+  a[2] = bf16x2_mul(rotl(q, kRotation2) & kTargetBits, scale_lo);
+  const std::uint32_t hi3 = rotl(q, kA3HighRotation) & (kTargetBits & ~kA3LowBits);
+  a[3] = bf16x2_mul((rotl(q, kA3LowRotation) & kA3LowBits) | hi3, scale_hi);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4],

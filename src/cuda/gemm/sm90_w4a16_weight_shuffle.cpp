@@ -10,14 +10,17 @@
 // activations, and ONE block scale per row for NVFP4) for four k16 steps.
 //
 // Layout: [E][N/16 row tiles][K/64 chunks][32 lanes][4 words] for codes (512
-// bytes per tile and chunk); word j (32 bits, 8 nibbles) feeds step j. Nibble n
-// of the word holds
-//   row g + 8 * (n is even), k = 16t + 4j + kNibbleK[n]
-// so that the dequant's "shift the nibble to bits 15..12 / 31..28" extraction s
-// = 0..3 yields the bf16x2 registers a0a1, a2a3, a4a5, a6a7 in order (see
-// dequant_word in the kernel). Scales: [E][N/16][K/64] records; NVFP4 64 bytes
-// [g][t][h] (row g + 8h, block 4c + t), MXFP4 32 bytes [g][b][h] (row g + 8h,
-// block 2c + b). Gated (GEMM1, halves): tile rt holds gate rows 8rt..8rt+7 in
+// bytes per tile and chunk); word j (32 bits, 8 codes) feeds step j. Its code
+// (s, h) (s = 0..3: the MMA A register, h: its low / high bf16) is
+//   row g + 8 * (s odd), k = 16t + 4j + 2 * (s / 2) + h,
+// and its 4 bits are scattered over the word (not a nibble): code bit i (m, e0,
+// e1, sign) is stored at bit (kTarget[i] + 16h - rotation) mod 32, where the
+// kernel's dequant_word rotates the word left by `rotation` (s = 0, 1, 2: 0, 4,
+// 10; s = 3: 6 for the m bit, 14 for the others) and masks the bf16 bit
+// positions kTarget = {6, 7, 8, 15} of each half. The four masked rotations are
+// disjoint and cover the 32 bits (static_assert below). Scales: [E][N/16][K/64]
+// records; NVFP4 64 bytes [g][t][h] (row g + 8h, block 4c + t), MXFP4 32 bytes
+// [g][b][h] (row g + 8h, block 2c + b). Gated (GEMM1, halves): tile rt holds gate rows 8rt..8rt+7 in
 // its rows 0..7 and the matching up rows I + 8rt.. in rows 8..15, so one thread
 // holds gate and up of the same (row, token) in its accumulators.
 #include <cstdint>
@@ -29,7 +32,39 @@
 namespace moekit::gemm {
 namespace {
 
-constexpr int kNibbleK[8] = {2, 2, 0, 0, 3, 3, 1, 1};
+// Must match dequant_word in sm90_w4a16_grouped_gemm.cuh.
+constexpr int kTarget[4] = {6, 7, 8, 15};  // bf16 bit of code bit m, e0, e1, sign
+constexpr int kRotation[4] = {0, 4, 10, 14};
+constexpr int kA3LowRotation = 6;  // a3's m bit
+
+// Stored bit (0..31) of code bit `bit` of code (s, h) of a word.
+constexpr int stored_bit(int s, int h, int bit) {
+  const int rotation = (s == 3 && bit == 0) ? kA3LowRotation : kRotation[s];
+  return (kTarget[bit] + 16 * h - rotation + 32) % 32;
+}
+constexpr bool stored_bits_are_a_permutation() {
+  std::uint64_t seen = 0;
+  for (int s = 0; s < 4; ++s)
+    for (int h = 0; h < 2; ++h)
+      for (int bit = 0; bit < 4; ++bit) seen |= std::uint64_t{1} << stored_bit(s, h, bit);
+  return seen == 0xFFFFFFFFull;
+}
+static_assert(stored_bits_are_a_permutation(), "the dequant rotations must cover the word");
+
+// kSpread[2s + h][code]: the word bits of code (s, h) (one table lookup per code when shuffling).
+struct SpreadTable {
+  std::uint32_t bits[8][16];
+};
+constexpr SpreadTable make_spread_table() {
+  SpreadTable t{};
+  for (int s = 0; s < 4; ++s)
+    for (int h = 0; h < 2; ++h)
+      for (int code = 0; code < 16; ++code)
+        for (int bit = 0; bit < 4; ++bit)
+          if ((code >> bit) & 1) t.bits[2 * s + h][code] |= std::uint32_t{1} << stored_bit(s, h, bit);
+  return t;
+}
+constexpr SpreadTable kSpread = make_spread_table();
 
 struct ShuffleGeometry {
   std::int64_t e, n, k, row_tiles, chunks, sfv, scale_record;
@@ -51,9 +86,9 @@ inline std::int64_t source_row(std::int64_t rt, int r, std::int64_t n, bool gate
   return r < 8 ? rt * 8 + r : n / 2 + rt * 8 + (r - 8);
 }
 
-// Calls fn(shuffled_code_byte_index, nibble_shift, source_byte_index,
-// source_nibble_shift) for every code nibble, and sfn(shuffled_scale_index,
-// source_scale_index) for every scale byte.
+// Calls fn(shuffled_word_index, s, h, source_byte_index, source_nibble_shift)
+// for every code, and sfn(shuffled_scale_index, source_scale_index) for every
+// scale byte.
 template <typename CodeFn, typename ScaleFn>
 void for_each_mapping(const ShuffleGeometry& g, bool gated, CodeFn&& fn, ScaleFn&& sfn) {
   const std::int64_t kb = g.k / g.sfv;
@@ -66,11 +101,13 @@ void for_each_mapping(const ShuffleGeometry& g, bool gated, CodeFn&& fn, ScaleFn
         for (int lane = 0; lane < 32; ++lane) {
           const int lg = lane / 4, lt = lane % 4;
           for (int j = 0; j < 4; ++j) {
-            for (int nib = 0; nib < 8; ++nib) {
-              const int r = (nib % 2 == 0) ? lg + 8 : lg;
-              const std::int64_t kk = c * 64 + lt * 16 + j * 4 + kNibbleK[nib];
-              fn(tile * 512 + lane * 16 + j * 4 + nib / 2, (nib % 2) * 4,
-                 src_rows[r] * (g.k / 2) + kk / 2, static_cast<int>(kk % 2) * 4);
+            for (int s = 0; s < 4; ++s) {
+              for (int h = 0; h < 2; ++h) {
+                const int r = lg + 8 * (s % 2);
+                const std::int64_t kk = c * 64 + lt * 16 + j * 4 + 2 * (s / 2) + h;
+                fn((tile * 512 + lane * 16) / 4 + j, s, h, src_rows[r] * (g.k / 2) + kk / 2,
+                   static_cast<int>(kk % 2) * 4);
+              }
             }
           }
         }
@@ -115,8 +152,10 @@ void w4a16_shuffle_weights(W4Format format, std::int64_t num_experts, std::int64
   std::memset(out_codes, 0, static_cast<std::size_t>(g.e * g.n * g.k / 2));
   for_each_mapping(
       g, gated,
-      [&](std::int64_t dst, int dst_shift, std::int64_t src, int src_shift) {
-        out_codes[dst] |= static_cast<std::uint8_t>(((codes[src] >> src_shift) & 0xF) << dst_shift);
+      [&](std::int64_t word, int s, int h, std::int64_t src, int src_shift) {
+        const std::uint32_t bits = kSpread.bits[2 * s + h][(codes[src] >> src_shift) & 0xF];
+        std::uint8_t* dst = out_codes + word * 4;  // little-endian 32-bit word
+        for (int b = 0; b < 4; ++b) dst[b] |= static_cast<std::uint8_t>(bits >> (8 * b));
       },
       [&](std::int64_t dst, std::int64_t src) { out_scales[dst] = scales[src]; });
 }
@@ -129,9 +168,13 @@ void w4a16_unshuffle_weights(W4Format format, std::int64_t num_experts, std::int
   std::memset(codes, 0, static_cast<std::size_t>(g.e * g.n * g.k / 2));
   for_each_mapping(
       g, gated,
-      [&](std::int64_t dst, int dst_shift, std::int64_t src, int src_shift) {
-        codes[src] |=
-            static_cast<std::uint8_t>(((shuffled_codes[dst] >> dst_shift) & 0xF) << src_shift);
+      [&](std::int64_t word, int s, int h, std::int64_t src, int src_shift) {
+        int code = 0;
+        for (int bit = 0; bit < 4; ++bit) {
+          const int b = stored_bit(s, h, bit);
+          code |= ((shuffled_codes[word * 4 + b / 8] >> (b % 8)) & 1) << bit;
+        }
+        codes[src] |= static_cast<std::uint8_t>(code << src_shift);
       },
       [&](std::int64_t dst, std::int64_t src) { scales[src] = shuffled_scales[dst]; });
 }

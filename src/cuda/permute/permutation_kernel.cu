@@ -7,6 +7,7 @@
 // each assignment its rank among same-expert lanes of its warp, and per-(warp, expert) counts
 // (tagged with the tile number, so they never need clearing) give the offset of earlier warps.
 // Cost: two barriers per tile of 256 assignments; M*k <= 512 (decode) is one or two tiles.
+// Launched as a programmatic dependent of the router (see compute_permutation_cuda).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxLocal = kPermuteCudaMaxLocalExperts;
+constexpr int kCached = 4;  // assignments per thread kept in registers (n <= 1024)
 
 struct PermArgs {
   const std::int32_t* topk_ids = nullptr;
@@ -60,12 +62,34 @@ __global__ void __launch_bounds__(kThreads) permutation_kernel(PermArgs a) {
     for (int w = 0; w < kWarps; ++w) s_wtag[w][e] = -1;
   }
   for (std::int64_t r = tid; r < a.capacity; r += kThreads) a.sorted[r] = -1;
-  __syncthreads();
+  // Programmatic dependent launch: everything above touches only this op's own outputs, so it
+  // overlaps the tail of the kernel before (the router triggers its dependents at its start);
+  // topk_ids / expert_map are read only after the previous grid completed and flushed. Without
+  // the launch attribute this is a no-op.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Decode sizes (n <= kCached * kThreads): each thread reads its assignments' experts once, all
+  // loads in flight together, and keeps them in registers for the counts and the ranks.
+  const bool cached = a.n <= static_cast<std::int64_t>(kCached) * kThreads;
+  int lc[kCached];
+  if (cached) {
+#pragma unroll
+    for (int t = 0; t < kCached; ++t) {
+      const std::int64_t i = static_cast<std::int64_t>(t) * kThreads + tid;
+      lc[t] = i < a.n ? local_expert(a, i) : -1;
+    }
+  }
+  __syncthreads();  // the shared-memory initialization above
 
   // (1) counts.
-  for (std::int64_t i = tid; i < a.n; i += kThreads) {
-    const int l = local_expert(a, i);
-    if (l >= 0) atomicAdd(&s_count[l], 1);
+  if (cached) {
+#pragma unroll
+    for (int t = 0; t < kCached; ++t)
+      if (lc[t] >= 0) atomicAdd(&s_count[lc[t]], 1);
+  } else {
+    for (std::int64_t i = tid; i < a.n; i += kThreads) {
+      const int l = local_expert(a, i);
+      if (l >= 0) atomicAdd(&s_count[l], 1);
+    }
   }
   __syncthreads();
 
@@ -103,7 +127,14 @@ __global__ void __launch_bounds__(kThreads) permutation_kernel(PermArgs a) {
   int tile = 0;
   for (std::int64_t base = 0; base < a.n; base += kThreads, ++tile) {
     const std::int64_t i = base + tid;
-    const int l = i < a.n ? local_expert(a, i) : -1;
+    int l = -1;
+    if (cached) {
+#pragma unroll
+      for (int t = 0; t < kCached; ++t)
+        if (t == tile) l = lc[t];
+    } else if (i < a.n) {
+      l = local_expert(a, i);
+    }
     const int key = i < a.n ? l : -2;
     const unsigned mask = __match_any_sync(0xFFFFFFFFu, key);
     const int rank = __popc(mask & lanemask_lt);
@@ -194,7 +225,18 @@ void compute_permutation_cuda(const TensorView& topk_ids, const TensorView& expe
   a.sorted = static_cast<std::int32_t*>(out.sorted_ids.data);
   a.capacity = out.sorted_ids.size(0);
   a.rows = static_cast<std::int32_t*>(out.permuted_row.data);
-  permutation_kernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  // Launched with programmatic stream serialization (PDL): the kernel may start while the previous
+  // kernel on the stream (the router) is still running and waits in-kernel for its results.
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(1);
+  launch.blockDim = dim3(kThreads);
+  launch.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  launch.attrs = attr;
+  launch.numAttrs = 1;
+  MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&launch, permutation_kernel, a));
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 

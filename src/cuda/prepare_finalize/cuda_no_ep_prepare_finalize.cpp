@@ -2,7 +2,10 @@
 // (LINEAR block scales), pass tokens and routing through; finalize = weight + reduce per the
 // experts' policy with unpermute_reduce_cuda. The workspace is laid out by the same ByteCarver
 // sequence as the CPU NoEP, and every output is byte-identical to it (see
-// include/moekit/prepare_finalize/cuda_prepare_finalize.hpp).
+// include/moekit/prepare_finalize/cuda_prepare_finalize.hpp). With the router weight on the input
+// and bf16 activations the f32 rows x * w pass through, as in the CPU NoEP; the bf16-activation
+// CUDA experts round them to bf16 themselves. supports() reasons do not name this object (the
+// callers prefix the name).
 #include <string>
 
 #include "core/device_runtime.hpp"
@@ -32,14 +35,14 @@ class CudaNoEpPrepareFinalize final : public ModularPrepareFinalize {
 
   Support supports(const MoeProblem& problem) const override {
     if (device_runtime::device_count() <= device_) {
-      return Support::no("cuda_no_ep: no CUDA device " + std::to_string(device_));
+      return Support::no("no CUDA device " + std::to_string(device_));
     }
     if (problem.activation_dtype != DType::kBF16 && problem.activation_dtype != DType::kF32) {
-      return Support::no("cuda_no_ep: activation dtype must be bf16 or f32, got " +
+      return Support::no("activation dtype must be bf16 or f32, got " +
                          std::string(dtype_name(problem.activation_dtype)));
     }
     if (!identity_map(problem.parallel) || problem.parallel.ep_size != 1) {
-      return Support::no("cuda_no_ep: expert parallel maps are not supported (" +
+      return Support::no("expert parallel maps are not supported (" +
                          problem.parallel.str() + ")");
     }
     return detail::prepare_input_supports(problem);

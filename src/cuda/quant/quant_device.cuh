@@ -75,10 +75,12 @@ __device__ __forceinline__ float group_max(float m) {
   return m;
 }
 
+// max |v[i]| ignoring NaN, from +0: absmax_accumulate's result (fmaxf returns the non-NaN
+// operand; the max is exact), one FMNMX per element.
 __device__ __forceinline__ float chunk_absmax(const float (&v)[kChunk]) {
   float m = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) m = absmax_accumulate(m, v[i]);
+  for (int i = 0; i < kChunk; ++i) m = fmaxf(m, fabsf(v[i]));
   return m;
 }
 
@@ -108,6 +110,14 @@ __device__ __forceinline__ std::int64_t batched_scale_offset(ScaleLayout layout,
                                                              std::int64_t rows, std::int64_t kb) {
   const std::int64_t per_matrix = scale_padded_rows(layout, rows) * scale_padded_cols(layout, kb);
   return b * per_matrix + scale_offset(layout, r, c, kb);
+}
+
+// The row part of batched_scale_offset (matrix b, row r); add scale_col_offset(layout, c).
+__device__ __forceinline__ std::int64_t batched_scale_row_offset(ScaleLayout layout, std::int64_t b,
+                                                                 std::int64_t r, std::int64_t rows,
+                                                                 std::int64_t kb) {
+  const std::int64_t per_matrix = scale_padded_rows(layout, rows) * scale_padded_cols(layout, kb);
+  return b * per_matrix + scale_row_offset(layout, r, kb);
 }
 
 // Atomic max of a non-negative float held as its bit pattern: non-negative fp32 values order like

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "cuda/quant/fast_codecs.cuh"
 #include "cuda/quant/quant_device.cuh"
 
 namespace moekit::cuda::quant_detail {
@@ -48,26 +49,61 @@ struct QuantArgs {
   MxRule rule = MxRule::kRceil;
 };
 
-// Quantizes one chunk given its group's absmax. `lead` = this lane writes the group's scale.
+// The per-matrix (or per-row) scale of a chunk: kNvfp4's encode gs with its invariants
+// (gs_c6 = RN(gs * RN(1/6)), inv_gs = RN(1 / gs), see nvfp4_block_scale_fast), or kFp8Scaled's s.
+struct ScaleParam {
+  float s = 0.0f, gs_c6 = 0.0f, inv_gs = 0.0f;
+};
+
+template <Kind kKind>
+__device__ __forceinline__ ScaleParam make_scale_param(float s) {
+  ScaleParam p;
+  p.s = s;
+  if constexpr (kKind == Kind::kNvfp4) {
+    p.gs_c6 = __fmul_rn(s, kRcp6);
+    p.inv_gs = __fdiv_rn(1.0f, s);
+  }
+  return p;
+}
+
+// Block-scaled kinds (scale bytes in a layout).
+template <Kind kKind>
+constexpr bool is_fp4() {
+  return kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4;
+}
+
+template <Kind kKind>
+constexpr bool has_scale_bytes() {
+  return kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8;
+}
+
+// Elements per scale block of the block-scaled kinds.
+template <Kind kKind>
+constexpr int scale_block() {
+  return kKind == Kind::kNvfp4 ? 16 : 32;
+}
+
+// Quantizes one chunk of row `grow` of the flattened [B*M, K] given its group's absmax. `lead` =
+// this lane writes the group's scale, at byte `sf_off` for the block-scaled kinds (the caller
+// adds the row and column parts of the layout offset, see batched_scale_row_offset).
+// Element conversions use the exhaustively verified fast codecs (fast_codecs.cuh); FP4 kinds need
+// `e2m1_table`, the CTA's shared-memory copy of kE2m1OfE4m3.
 template <Kind kKind, bool kVec>
 __device__ __forceinline__ void encode_chunk(const QuantArgs& a, const float (&v)[kChunk],
-                                             float gmax, float param, std::int64_t b,
-                                             std::int64_t r, std::int64_t col, bool lead) {
-  const std::int64_t grow = b * a.rows + r;  // row in the flattened [B*M, K]
+                                             float gmax, const ScaleParam& sp, std::int64_t grow,
+                                             std::int64_t col, bool lead, std::int64_t sf_off,
+                                             const std::uint8_t* e2m1_table) {
   if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4) {
     std::uint8_t sf;
-    const float out_scale = kKind == Kind::kNvfp4 ? nvfp4_block_scale(gmax, param, &sf)
-                                                  : mxfp4_block_scale(gmax, a.rule, &sf);
-    std::uint8_t c[kChunk];
+    const float out_scale = kKind == Kind::kNvfp4
+                                ? nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, &sf)
+                                : mxfp4_block_scale(gmax, a.rule, &sf);
+    float scaled[kChunk];
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) c[i] = fp4_quantize_element(v[i], out_scale);
+    for (int i = 0; i < kChunk; ++i) scaled[i] = __fmul_rn(v[i], out_scale);
     auto* out = static_cast<std::uint8_t*>(a.values) + (grow * a.k + col) / 2;
-    *reinterpret_cast<std::uint32_t*>(out) = pack_fp4x8(c);
-    if (lead) {
-      const std::int64_t sc = col / (kKind == Kind::kNvfp4 ? 16 : 32);
-      static_cast<std::uint8_t*>(a.scales)[batched_scale_offset(a.layout, b, r, sc, a.rows, a.kb)] =
-          sf;
-    }
+    *reinterpret_cast<std::uint32_t*>(out) = e2m1x8(scaled, e2m1_table);
+    if (lead) static_cast<std::uint8_t*>(a.scales)[sf_off] = sf;
   } else if constexpr (kKind == Kind::kBf16) {
     auto* out = static_cast<std::uint16_t*>(a.values) + grow * a.k + col;
     if constexpr (kVec) {
@@ -83,32 +119,34 @@ __device__ __forceinline__ void encode_chunk(const QuantArgs& a, const float (&v
         if (col + i < a.k) out[i] = float_to_bf16(v[i]);
     }
   } else {
-    // FP8 values.
-    float out_scale = 0.0f;  // MXFP8: multiplier; FP8 decode-scaled: divisor s
+    // FP8 values: MXFP8 multiplies by its block multiplier, the decode-scaled kinds divide by s
+    // (IEEE division, as the spec).
+    float q[kChunk];
     if constexpr (kKind == Kind::kMxfp8) {
       std::uint8_t e;
-      out_scale = mxfp8_block_scale(gmax, a.rule, &e);
-      if (lead)
-        static_cast<std::uint8_t*>(a.scales)[batched_scale_offset(a.layout, b, r, col / 32, a.rows,
-                                                                  a.kb)] = e;
-    } else if constexpr (kKind == Kind::kFp8Group) {
-      out_scale = fp8_block_scale(gmax);
-      if (lead) static_cast<float*>(a.scales)[grow * a.kb + col / 128] = out_scale;
-    } else {
-      out_scale = param;
-    }
-    std::uint8_t c[kChunk];
+      const float m = mxfp8_block_scale(gmax, a.rule, &e);
+      if (lead) static_cast<std::uint8_t*>(a.scales)[sf_off] = e;
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      c[i] = kKind == Kind::kMxfp8 ? mxfp8_quantize_element(v[i], out_scale)
-                                   : fp8_quantize_element(v[i], out_scale);
+      for (int i = 0; i < kChunk; ++i) q[i] = __fmul_rn(v[i], m);
+    } else {
+      float s = sp.s;
+      if constexpr (kKind == Kind::kFp8Group) {
+        s = fp8_block_scale(gmax);
+        if (lead) static_cast<float*>(a.scales)[grow * a.kb + col / 128] = s;
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) q[i] = __fdiv_rn(v[i], s);
+    }
+    uint2 w;
+    w.x = e4m3x4(q[0], q[1], q[2], q[3]);
+    w.y = e4m3x4(q[4], q[5], q[6], q[7]);
     auto* out = static_cast<std::uint8_t*>(a.values) + grow * a.k + col;
     if constexpr (kVec) {
-      *reinterpret_cast<uint2*>(out) = pack_u8x8(c);
+      *reinterpret_cast<uint2*>(out) = w;
     } else {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i)
-        if (col + i < a.k) out[i] = c[i];
+        if (col + i < a.k) out[i] = static_cast<std::uint8_t>(((i < 4 ? w.x : w.y) >> (8 * (i % 4))) & 0xFFu);
     }
   }
 }
@@ -135,15 +173,26 @@ struct RowLoader {
 // Threads per CTA of the chunk kernels (a multiple of every group size; 7168 / 8 = 7 x 128).
 constexpr int kChunkThreads = 128;
 
+// Rows per thread per step of the chunk kernel: their loads are issued together, so each thread
+// keeps kRowsPerThread x 16 bytes in flight (the kernel is memory-bound only with enough bytes in
+// flight per SM: ~64 KB at H200 latency and bandwidth).
+constexpr int kRowsPerThread = 4;
+
 // One thread per chunk: blockIdx.x * 128 + threadIdx.x is the chunk within a row (of
-// padded_chunks), blockIdx.y strides over the B*M rows, so no per-thread 64-bit division is
-// needed. The scale (kNvfp4's gs, kFp8Scaled's s) comes from a.scale_in per matrix or per row.
-// `load` produces the fp32 values of a chunk (the input itself, or an activation of GEMM1's
-// output for the fused activation + quantize op). kVec: the row length is a multiple of 8
-// (whole-chunk vector stores).
+// padded_chunks); CTA row y handles rows kRowsPerThread * y + [0, kRowsPerThread), then strides by
+// kRowsPerThread * gridDim.y, so no per-thread 64-bit division is needed. The scale (kNvfp4's gs,
+// kFp8Scaled's s) comes from a.scale_in per matrix or per row. `load` produces the fp32 values of a
+// chunk (the input itself, or an activation of GEMM1's output for the fused activation + quantize
+// op). kVec: the row length is a multiple of 8 (whole-chunk vector stores).
 template <typename Loader, Kind kKind, bool kVec>
 __global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArgs a, Loader load) {
   constexpr int kLanes = lanes_per_group<kKind>();
+  constexpr bool kScaled = kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled;
+  __shared__ std::uint8_t s_e2m1[is_fp4<kKind>() ? 256 : 1];
+  if constexpr (is_fp4<kKind>()) {
+    load_e2m1_table(s_e2m1);
+    __syncthreads();
+  }
   const std::int64_t per_row = padded_chunks<kKind>(a.k);
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t col = c * kChunk;
@@ -152,27 +201,55 @@ __global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArg
   const bool active = c < per_row && col < a.k;
   const bool lead = (threadIdx.x % kLanes) == 0;
   const std::int64_t total_rows = a.batch * a.rows;
-  for (std::int64_t grow = blockIdx.y; grow < total_rows; grow += gridDim.y) {
-    float v[kChunk];
-    if (active) {
-      load(grow, col, v);
-    } else {
+  // The column part of the scale byte offset is the same for every row of this thread.
+  std::int64_t sf_col = 0;
+  if constexpr (has_scale_bytes<kKind>()) sf_col = scale_col_offset(a.layout, col / scale_block<kKind>());
+  // The scale invariants are recomputed only when the scale changes (per matrix or per row).
+  float scale_seen = 0.0f;
+  ScaleParam sp;
+  bool have_sp = false;
+  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.y) * kRowsPerThread;
+       base < total_rows; base += static_cast<std::int64_t>(gridDim.y) * kRowsPerThread) {
+    float v[kRowsPerThread][kChunk];
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) v[j] = 0.0f;
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      if (active && base + j < total_rows) {
+        load(base + j, col, v[j]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) v[j][e] = 0.0f;
+      }
     }
-    float gmax = 0.0f;
-    if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v));
-    else if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8)
-      gmax = chunk_absmax(v);
-    if (!active) continue;
-    const std::int64_t b = a.batch == 1 ? 0 : grow / a.rows;
-    const std::int64_t r = a.batch == 1 ? grow : grow % a.rows;
-    float param = 0.0f;
-    if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled)
-      param = a.scale_in[a.scale_per_row ? grow : b];
-    encode_chunk<kKind, kVec>(a, v, gmax, param, b, r, col, lead);
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const std::int64_t grow = base + j;
+      if (grow >= total_rows) break;  // uniform over the CTA
+      float gmax = 0.0f;
+      if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v[j]));
+      else if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8)
+        gmax = chunk_absmax(v[j]);
+      if (!active) continue;
+      const std::int64_t b = a.batch == 1 ? 0 : grow / a.rows;
+      std::int64_t sf_off = 0;
+      if constexpr (has_scale_bytes<kKind>()) {
+        const std::int64_t r = a.batch == 1 ? grow : grow % a.rows;
+        sf_off = batched_scale_row_offset(a.layout, b, r, a.rows, a.kb) + sf_col;
+      }
+      if constexpr (kScaled) {
+        const float s = a.scale_in[a.scale_per_row ? grow : b];
+        if (!have_sp || __float_as_uint(s) != __float_as_uint(scale_seen)) {
+          sp = make_scale_param<kKind>(s);
+          scale_seen = s;
+          have_sp = true;
+        }
+      }
+      encode_chunk<kKind, kVec>(a, v[j], gmax, sp, grow, col, lead, sf_off, s_e2m1);
+    }
   }
 }
+
+// Chunks per thread that the per-row kernel keeps in registers between its two passes.
+constexpr int kRowCache = 4;
 
 // Per-row schemes: one CTA per row of [B*M, K]. Pass 1: row absmax -> row scale (written to
 // `row_scale_out[row]`); pass 2: the chunk body with that scale.
@@ -183,14 +260,35 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(QuantArgs a, float* 
   constexpr int kLanes = lanes_per_group<kKind>();
   __shared__ float warp_max[32];
   __shared__ float row_scale;
+  __shared__ std::uint8_t s_e2m1[is_fp4<kKind>() ? 256 : 1];
+  if constexpr (is_fp4<kKind>()) load_e2m1_table(s_e2m1);  // ordered by the barriers below
   const std::int64_t grow = blockIdx.x;
   const T* row = static_cast<const T*>(a.x) + grow * a.k;
   const std::int64_t per_row = padded_chunks<kKind>(a.k);
+  // Rows of up to kRowCache chunks per thread stay in registers between the passes (one read of
+  // the row, all loads issued at once); longer rows are read again in pass 2 (from L1/L2).
+  const bool cached = per_row <= static_cast<std::int64_t>(kRowCache) * blockDim.x;
+  float cache[kRowCache][kChunk];
   float m = 0.0f;
-  for (std::int64_t c = threadIdx.x; c * kChunk < a.k; c += blockDim.x) {
-    float v[kChunk];
-    load_chunk<T, kVec>(row, c * kChunk, a.k, v);
-    m = absmax_accumulate(m, chunk_absmax(v));
+  if (cached) {
+#pragma unroll
+    for (int it = 0; it < kRowCache; ++it) {
+      const std::int64_t c = static_cast<std::int64_t>(it) * blockDim.x + threadIdx.x;
+      if (c * kChunk < a.k) {
+        load_chunk<T, kVec>(row, c * kChunk, a.k, cache[it]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) cache[it][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kRowCache; ++it) m = absmax_accumulate(m, chunk_absmax(cache[it]));
+  } else {
+    for (std::int64_t c = threadIdx.x; c * kChunk < a.k; c += blockDim.x) {
+      float v[kChunk];
+      load_chunk<T, kVec>(row, c * kChunk, a.k, v);
+      m = absmax_accumulate(m, chunk_absmax(v));
+    }
   }
   m = group_max<32>(m);
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
@@ -203,10 +301,29 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(QuantArgs a, float* 
     row_scale_out[grow] = s;
   }
   __syncthreads();
-  const float param = row_scale;
-  const std::int64_t b = grow / a.rows;
-  const std::int64_t r = grow % a.rows;
+  const ScaleParam sp = make_scale_param<kKind>(row_scale);
+  std::int64_t sf_row = 0;
+  if constexpr (has_scale_bytes<kKind>())
+    sf_row = batched_scale_row_offset(a.layout, grow / a.rows, grow % a.rows, a.rows, a.kb);
+  const bool lead = threadIdx.x % kLanes == 0;
+  auto sf_off = [&](std::int64_t c) -> std::int64_t {
+    if constexpr (has_scale_bytes<kKind>())
+      return sf_row + scale_col_offset(a.layout, c * kChunk / scale_block<kKind>());
+    return 0;
+  };
   // Every thread runs the same number of iterations (warp-uniform) for the group shuffles.
+  if (cached) {
+#pragma unroll
+    for (int it = 0; it < kRowCache; ++it) {
+      const std::int64_t c = static_cast<std::int64_t>(it) * blockDim.x + threadIdx.x;
+      if (static_cast<std::int64_t>(it) * blockDim.x >= per_row) break;  // uniform over the CTA
+      const bool active = c < per_row && c * kChunk < a.k;
+      float gmax = 0.0f;
+      if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(cache[it]));
+      if (active) encode_chunk<kKind, kVec>(a, cache[it], gmax, sp, grow, c * kChunk, lead, sf_off(c), s_e2m1);
+    }
+    return;
+  }
   for (std::int64_t base = 0; base < per_row; base += blockDim.x) {
     const std::int64_t c = base + threadIdx.x;
     const bool active = c < per_row && c * kChunk < a.k;
@@ -219,7 +336,7 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(QuantArgs a, float* 
     }
     float gmax = 0.0f;
     if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v));
-    if (active) encode_chunk<kKind, kVec>(a, v, gmax, param, b, r, c * kChunk, threadIdx.x % kLanes == 0);
+    if (active) encode_chunk<kKind, kVec>(a, v, gmax, sp, grow, c * kChunk, lead, sf_off(c), s_e2m1);
   }
 }
 
@@ -257,12 +374,12 @@ __global__ void __launch_bounds__(256) quantize_tiles_kernel(QuantArgs a) {
     static_cast<float*>(a.scales)[(b * tiles_r + tr) * tiles_c + tc] = tile_scale;
   }
   __syncthreads();
-  const float s = tile_scale;
+  const ScaleParam sp = make_scale_param<Kind::kFp8Scaled>(tile_scale);
   for (std::int64_t r = tr * 128 + lane_r; r < r_end; r += 16) {
     if (col >= a.k) break;
     float v[kChunk];
     load_chunk<T, kVec>(static_cast<const T*>(a.x) + (b * a.rows + r) * a.k, col, a.k, v);
-    encode_chunk<Kind::kFp8Scaled, kVec>(a, v, 0.0f, s, b, r, col, false);
+    encode_chunk<Kind::kFp8Scaled, kVec>(a, v, 0.0f, sp, b * a.rows + r, col, false, 0, nullptr);
   }
 }
 
@@ -277,10 +394,22 @@ __global__ void __launch_bounds__(kChunkThreads) absmax_kernel(Loader load, std:
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.z) * rows;
   float m = 0.0f;
   if (active) {
-    for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-      float v[kChunk];
-      load(row0 + r, c * kChunk, v);
-      m = absmax_accumulate(m, chunk_absmax(v));
+    // kRowsPerThread rows per step with their loads issued together (bytes in flight).
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * kRowsPerThread;
+    for (std::int64_t r0 = blockIdx.y; r0 < rows; r0 += step) {
+      float v[kRowsPerThread][kChunk];
+#pragma unroll
+      for (int j = 0; j < kRowsPerThread; ++j) {
+        const std::int64_t r = r0 + static_cast<std::int64_t>(j) * gridDim.y;
+        if (r < rows) {
+          load(row0 + r, c * kChunk, v[j]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) v[j][e] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kRowsPerThread; ++j) m = absmax_accumulate(m, chunk_absmax(v[j]));
     }
   }
   m = group_max<32>(m);

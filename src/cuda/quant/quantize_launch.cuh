@@ -27,7 +27,8 @@ void launch_chunks(const QuantArgs& a, const Loader& load, cudaStream_t stream) 
   const std::int64_t rows = a.batch * a.rows;
   if (per_row == 0 || rows == 0) return;
   const dim3 grid(static_cast<unsigned int>((per_row + kChunkThreads - 1) / kChunkThreads),
-                  static_cast<unsigned int>(std::min<std::int64_t>(rows, 65535)));
+                  static_cast<unsigned int>(std::min<std::int64_t>(
+                      (rows + kRowsPerThread - 1) / kRowsPerThread, 65535)));
   if (a.k % kChunk == 0) {
     quantize_chunks_kernel<Loader, kKind, true><<<grid, kChunkThreads, 0, stream>>>(a, load);
   } else {

@@ -73,13 +73,131 @@ __device__ __forceinline__ int warp_best(unsigned key, int idx) {
   return static_cast<int>(__reduce_min_sync(0xFFFFFFFFu, cand));
 }
 
-// k rounds of arg-max over the lane's eligible, not yet taken experts; ids to s_ids.
+// rank_key's inverse up to the sign of zero and the NaN payload (key 1 -> a NaN, both zeros ->
+// +0), which cannot change a group's rank: see kept_groups_pow2.
+__device__ __forceinline__ float key_value(unsigned key) {
+  if (key == 1u) return __uint_as_float(0x7FC00000u);
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+
+// Top-2 of keys as a pair (first >= second), merged with another disjoint pair.
+__device__ __forceinline__ void merge_top2(unsigned& a1, unsigned& a2, unsigned b1, unsigned b2) {
+  const unsigned n2 = a1 >= b1 ? max(a2, b1) : max(a1, b2);
+  a1 = max(a1, b1);
+  a2 = n2;
+}
+
+// DeepSeek-V3 group selection without shared memory, for a power-of-two group size pg. Expert
+// e = lane + 32 i (register i of lane) is in group e / pg:
+//  * pg >= 32: group i / (pg / 32), the same for every lane: registers of one group are merged
+//    in-lane, then a 5-level xor butterfly leaves every lane with each group's top-2;
+//  * pg < 32: group i * (32 / pg) + lane / pg: a butterfly over the xor offsets below pg (the
+//    lanes of one aligned segment) does the same per register.
+// The butterfly merges disjoint sets, so each group's two largest keys are exact. The group
+// score is v1 + v2 (v1 alone when pg == 1) in fp32, as the reference's s[b0] + s[b1]: equal keys
+// have equal values except +-0 (and NaN payloads), whose sums have the same rank_key, so the kept
+// groups are the reference's. Then topk_group rounds of arg-max over (score key, lower group).
 template <int kPerLane>
-__device__ __forceinline__ void select_top(const float (&score)[kPerLane], std::uint32_t eligible,
-                                           int k, int lane, int* s_ids) {
+__device__ __forceinline__ std::uint32_t kept_groups_pow2(const float (&score)[kPerLane],
+                                                          std::uint32_t valid, int pg, int keep,
+                                                          int lane) {
+  unsigned t1[kPerLane], t2[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
+    t2[i] = 0u;
+  }
+  const int c = pg / 32;  // registers per group when pg >= 32
+#pragma unroll
+  for (int s = 1; s < kPerLane; s *= 2) {
+    if (s < c) {
+#pragma unroll
+      for (int i = 0; i + s < kPerLane; i += 2 * s) merge_top2(t1[i], t2[i], t1[i + s], t2[i + s]);
+    }
+  }
+  const int width = pg < 32 ? pg : 32;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    if (off < width) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const unsigned o1 = __shfl_xor_sync(0xFFFFFFFFu, t1[i], off);
+        const unsigned o2 = __shfl_xor_sync(0xFFFFFFFFu, t2[i], off);
+        merge_top2(t1[i], t2[i], o1, o2);
+      }
+    }
+  }
+  // Candidates: register i (the first of its group when c > 1) scores group g(i).
+  unsigned gkey[kPerLane];
+  int gidx[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    const bool first = c <= 1 || i % c == 0;
+    gidx[i] = e / pg;
+    const float gs = pg >= 2 ? __fadd_rn(key_value(t1[i]), key_value(t2[i])) : key_value(t1[i]);
+    gkey[i] = ((valid >> i) & 1u) && first ? rank_key(gs) : 0u;
+  }
+  std::uint32_t kept = 0;
+  for (int j = 0; j < keep; ++j) {
+    unsigned bk = 0u;
+    int bg = -1;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (gkey[i] > bk) {  // ascending i = ascending group: ties keep the lower group
+        bk = gkey[i];
+        bg = gidx[i];
+      }
+    }
+    const int g = warp_best(bk, bg);
+    kept |= 1u << g;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (gidx[i] == g) gkey[i] = 0u;
+  }
+  return kept;
+}
+
+// The general group selection (any group size): lane g < groups scans its group's scores in
+// shared memory for the top-2 (the reference's order), then topk_group rounds of arg-max.
+__device__ __forceinline__ std::uint32_t kept_groups_smem(const float* s_score, int groups,
+                                                          int per_group, int keep, int lane) {
+  __syncwarp();
+  float gs = 0.0f;
+  int gi = -1;
+  if (lane < groups) {
+    const float* s = s_score + lane * per_group;
+    int b0 = 0;
+    for (int i = 1; i < per_group; ++i)
+      if (ranks_before(s[i], i, s[b0], b0)) b0 = i;
+    gs = s[b0];
+    if (per_group >= 2) {
+      int b1 = -1;
+      for (int i = 0; i < per_group; ++i)
+        if (i != b0 && (b1 < 0 || ranks_before(s[i], i, s[b1], b1))) b1 = i;
+      gs = __fadd_rn(gs, s[b1]);
+    }
+    gi = lane;
+  }
+  std::uint32_t kept = 0;
+  unsigned gkey = gi >= 0 ? rank_key(gs) : 0u;
+  for (int j = 0; j < keep; ++j) {
+    const int g = warp_best(gkey, gi);
+    kept |= 1u << g;
+    if (g == lane) gkey = 0u;
+  }
+  return kept;
+}
+
+// k rounds of arg-max over the lane's eligible, not yet taken experts; lane j < k gets the j-th
+// id (the others 0).
+template <int kPerLane>
+__device__ __forceinline__ int select_top(const float (&score)[kPerLane], std::uint32_t eligible,
+                                          int k, int lane) {
   unsigned key[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) key[i] = ((eligible >> i) & 1u) ? rank_key(score[i]) : 0u;
+  int mine = 0;
   for (int j = 0; j < k; ++j) {
     // The lane's best: the largest key; ascending i keeps the lowest index among equal keys.
     unsigned bk = 0u;
@@ -97,81 +215,69 @@ __device__ __forceinline__ void select_top(const float (&score)[kPerLane], std::
       for (int i = 0; i < kPerLane; ++i)
         if (i == (best >> 5)) key[i] = 0u;
     }
-    if (lane == 0) s_ids[j] = best;
+    if (lane == j) mine = best;
   }
-  __syncwarp();
+  return mine;
 }
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
   __shared__ float s_logit[kWarps][kMaxExperts];
-  __shared__ float s_score[kWarps][kMaxExperts];
+  __shared__ float s_score[kWarps][kMaxExperts];  // biased scores (general group selection)
+  __shared__ float s_sig[kWarps][kMaxExperts];    // fp32 sigmoids (DeepSeek-V3 / MiniMax-2)
   __shared__ double s_ex[kWarps][kMaxExperts];
-  __shared__ int s_ids[kWarps][kMaxTopK];
-  __shared__ float s_gscore[kWarps][kMaxGroups];
   __shared__ double s_w[kWarps][kMaxTopK];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  // Let a programmatic dependent (the permutation) launch now: it waits in-kernel for this
+  // grid's completion before reading the ids, so only its launch latency and prologue overlap.
+  asm volatile("griddepcontrol.launch_dependents;");
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
   if (t >= a.m) return;  // whole warps only; no CTA-wide barrier below
   float* logit = s_logit[warp];
-  int* ids = s_ids[warp];
+  const bool biased = a.method == RoutingMethod::kDeepSeekV3 || a.method == RoutingMethod::kMiniMax2;
 
-  float l[kPerLane], score[kPerLane];
+  // All global loads first (logits and, when used, the bias), so their latencies overlap.
+  float l[kPerLane], score[kPerLane], bias[kPerLane];
   std::uint32_t valid = 0;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     l[i] = 0.0f;
+    bias[i] = 0.0f;
     if (e < a.e) {
       valid |= 1u << i;
       l[i] = a.logits_bf16
                  ? bf16_to_float(static_cast<const std::uint16_t*>(a.logits)[t * a.e + e])
                  : static_cast<const float*>(a.logits)[t * a.e + e];
-      logit[e] = l[i];
+      if (biased) bias[i] = a.bias[e];
     }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    if (e < a.e) logit[e] = l[i];
     score[i] = l[i];
   }
-  const bool biased = a.method == RoutingMethod::kDeepSeekV3 || a.method == RoutingMethod::kMiniMax2;
   std::uint32_t eligible = valid;
   if (biased) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int e = lane + 32 * i;
       if (e < a.e) {
-        score[i] = __fadd_rn(sigmoid_f32(l[i]), a.bias[e]);
+        const float sg = sigmoid_f32(l[i]);
+        score[i] = __fadd_rn(sg, bias[i]);
+        s_sig[warp][e] = sg;
         s_score[warp][e] = score[i];
       }
     }
     const int groups = a.method == RoutingMethod::kDeepSeekV3 ? a.groups : 1;
     if (groups > 1 && a.topk_group < groups) {
-      __syncwarp();
       const int per_group = a.e / groups;
-      // Group score: the sum of the group's top-2 biased scores (top-1 for one-expert groups).
-      float gs = 0.0f;
-      int gi = -1;
-      if (lane < groups) {
-        const float* s = s_score[warp] + lane * per_group;
-        int b0 = 0;
-        for (int i = 1; i < per_group; ++i)
-          if (ranks_before(s[i], i, s[b0], b0)) b0 = i;
-        gs = s[b0];
-        if (per_group >= 2) {
-          int b1 = -1;
-          for (int i = 0; i < per_group; ++i)
-            if (i != b0 && (b1 < 0 || ranks_before(s[i], i, s[b1], b1))) b1 = i;
-          gs = __fadd_rn(gs, s[b1]);
-        }
-        gi = lane;
-      }
-      // Keep topk_group groups (higher score, ties to the lower group).
-      std::uint32_t kept = 0;
-      unsigned gkey = gi >= 0 ? rank_key(gs) : 0u;
-      for (int j = 0; j < a.topk_group; ++j) {
-        const int g = warp_best(gkey, gi);
-        kept |= 1u << g;
-        if (g == lane) gkey = 0u;
-      }
+      const std::uint32_t kept =
+          (per_group & (per_group - 1)) == 0
+              ? kept_groups_pow2<kPerLane>(score, valid, per_group, a.topk_group, lane)
+              : kept_groups_smem(s_score[warp], groups, per_group, a.topk_group, lane);
       eligible = 0;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
@@ -180,12 +286,13 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
       }
     }
   }
-  select_top<kPerLane>(score, eligible, a.k, lane, ids);
+  const int id = select_top<kPerLane>(score, eligible, a.k, lane);
+  __syncwarp();  // the shared-memory logits / sigmoids written above are read below
 
-  // Weights (float64, the reference's formulas and summation order).
+  // Weights (float64, the reference's formulas and summation order). Sums over the k picks run in
+  // every lane in pick order from shuffled terms (the reference's sequential order, no smem).
   const int k = a.k;
   double wd = 0.0;
-  const int id = lane < k ? ids[lane] : 0;
   const double lj = lane < k ? static_cast<double>(logit[id]) : 0.0;
   switch (a.method) {
     case RoutingMethod::kTopK:
@@ -199,31 +306,26 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
     case RoutingMethod::kDeepSeekV3:
     case RoutingMethod::kMiniMax2: {
       const bool renorm = a.method == RoutingMethod::kSigmoidRenorm;
-      if (lane < k) s_w[warp][lane] = renorm ? sigmoid_f64(lj) : static_cast<double>(sigmoid_f32(logit[id]));
-      __syncwarp();
+      const double wj = lane < k ? (renorm ? sigmoid_f64(lj) : static_cast<double>(s_sig[warp][id]))
+                                 : 0.0;
       double sum = 0.0;
-      if (lane == 0)
-        for (int j = 0; j < k; ++j) sum = __dadd_rn(sum, s_w[warp][j]);
-      sum = __shfl_sync(0xFFFFFFFFu, sum, 0);
+      for (int j = 0; j < k; ++j) sum = __dadd_rn(sum, __shfl_sync(0xFFFFFFFFu, wj, j));
       if (lane < k) {
         if (renorm) {
-          wd = __ddiv_rn(s_w[warp][lane], sum);
+          wd = __ddiv_rn(wj, sum);
         } else {
           const double scale = __ddiv_rn(static_cast<double>(a.scaling), __dadd_rn(sum, 1e-20));
-          wd = __dmul_rn(s_w[warp][lane], scale);
+          wd = __dmul_rn(wj, scale);
         }
       }
       break;
     }
     case RoutingMethod::kRenormalize: {
-      const double mx = static_cast<double>(logit[ids[0]]);
-      if (lane < k) s_w[warp][lane] = exp(__dsub_rn(lj, mx));
-      __syncwarp();
+      const double mx = __shfl_sync(0xFFFFFFFFu, lj, 0);  // logit of the first pick
+      const double ej = lane < k ? exp(__dsub_rn(lj, mx)) : 0.0;
       double denom = 0.0;
-      if (lane == 0)
-        for (int j = 0; j < k; ++j) denom = __dadd_rn(denom, s_w[warp][j]);
-      denom = __shfl_sync(0xFFFFFFFFu, denom, 0);
-      if (lane < k) wd = __ddiv_rn(s_w[warp][lane], denom);
+      for (int j = 0; j < k; ++j) denom = __dadd_rn(denom, __shfl_sync(0xFFFFFFFFu, ej, j));
+      if (lane < k) wd = __ddiv_rn(ej, denom);
       break;
     }
     case RoutingMethod::kDefault:

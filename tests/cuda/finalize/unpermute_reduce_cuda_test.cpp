@@ -114,6 +114,7 @@ TEST(LayerGlueCuda, GraphCaptureReplaysIdentically) {
   chain(s);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   const Tensor eager = cuda_test::to_host(out);
+  const Tensor eager_sorted = cuda_test::to_host(sorted), eager_prow = cuda_test::to_host(prow);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -121,11 +122,21 @@ TEST(LayerGlueCuda, GraphCaptureReplaysIdentically) {
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int rep = 0; rep < 3; ++rep) {
+    // Poison the router's outputs and the permutation too: the permutation is a programmatic
+    // dependent of the router (it may start early) and must still see this replay's ids.
     poison(out, 0xA5 + rep);
     poison(gathered, 0x5A);
+    poison(ids, 0x7F);
+    poison(w, 0x7F);
+    poison(sorted, 0x3C);
+    poison(prow, 0x3C);
+    poison(counts, 0x3C);
+    poison(offs, 0x3C);
     ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     EXPECT_TRUE(bytes_equal(eager, out, "graph replay " + std::to_string(rep)));
+    EXPECT_TRUE(bytes_equal(eager_sorted, sorted, "sorted_ids, replay " + std::to_string(rep)));
+    EXPECT_TRUE(bytes_equal(eager_prow, prow, "permuted_row, replay " + std::to_string(rep)));
   }
   // Sanity: sum of weights times x equals the reduction (the identity experts): out row t is
   // sum_j w[t,j] * x[t] in slot order, so compare with the reference on the host.

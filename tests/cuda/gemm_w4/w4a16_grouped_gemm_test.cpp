@@ -249,11 +249,27 @@ void run_case(const Case& c, std::uint32_t seed) {
   const int extra_rows = 3;  // must stay poisoned
   DeviceArray<std::uint16_t> d_out((c.m + extra_rows) * width);
 
-  for (int variant = 0; variant < 8; ++variant) {
-    const W4Tile tile = std::array<W4Tile, 4>{W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32,
-                                              W4Tile::kLarge}[variant % 4];
-    const int max_ctas = variant < 4 ? 0 : 3;  // 3: many units per CTA (ring across units)
-    SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas));
+  // Variants 0-7: every tile with the grid filling the device / capped at 3
+  // CTAs (many units per CTA: the ring crosses units); k_split 1 (no cluster).
+  // decode8 runs its 32-row config with the full grid (few units here) and the
+  // 64-row one when capped (3 slots: the units fill them). 8-11: the decode
+  // tiles' cluster split-K (k = 320 is 5 chunks: with 3 x 4 or 8 x 2 K-warps
+  // some warps and CTAs get no chunk), filled / capped grids.
+  struct Variant {
+    W4Tile tile;
+    int max_ctas, k_split;
+  };
+  const Variant variants[] = {
+      {W4Tile::kDecode8, 0, 1},  {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
+      {W4Tile::kLarge, 0, 1},    {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
+      {W4Tile::kMid32, 3, 1},    {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
+      {W4Tile::kDecode8, 3, 3},  {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
+  };
+  for (const Variant& v : variants) {
+    const W4Tile tile = v.tile;
+    const int max_ctas = v.max_ctas;
+    SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas) +
+                 " k_split " + std::to_string(v.k_split));
     W4A16GemmArgs args;
     args.format = c.format;
     args.epilogue = c.epi;
@@ -272,6 +288,7 @@ void run_case(const Case& c, std::uint32_t seed) {
     args.row_scale = c.row_scale ? d_row_scale.ptr : nullptr;
     args.out = d_out.ptr;
     args.max_ctas = max_ctas;
+    args.k_split = v.k_split;
     std::vector<std::uint16_t> first;
     for (int rep = 0; rep < 2; ++rep) {
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2),
@@ -414,6 +431,183 @@ TEST(W4A16Gemm, ValidationNamesTheArgument) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expert_offsets"), std::string::npos) << e.what();
   }
+  args.k_split = 9;
+  try {
+    w4a16_grouped_gemm(args);
+    FAIL() << "expected moekit::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k_split: expected"), std::string::npos) << e.what();
+  }
+}
+
+// The automatic split (k_split = 0) on a shape where it engages (2 rows on 2 of
+// 8 experts: 32 units for hundreds of CTA slots -> 2-CTA clusters): bitwise
+// reproducible and within the float64 bound, like the unsplit kernel.
+TEST(W4A16Gemm, AutoSplitKMatchesUnsplit) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int e = 8;
+  const std::int64_t n = 512, k = 4096;
+  const W4Weights w = random_weights(rng, W4Format::kNVFP4, e, n, k, false);
+  std::vector<std::int32_t> offsets = {0, 0, 1, 1, 1, 1, 2, 2, 2};  // rows 0, 1 -> experts 1, 5
+  std::vector<std::uint16_t> a(2 * k);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : a) v = float_to_bf16(normal(rng));
+  DeviceArray<std::int32_t> d_offsets(offsets);
+  DeviceArray<std::uint16_t> d_a(a), d_out(2 * n);
+  DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
+  DeviceArray<float> d_alpha(w.alpha);
+  W4A16GemmArgs args;
+  args.format = W4Format::kNVFP4;
+  args.tile = W4Tile::kDecode8;
+  args.num_experts = e;
+  args.m = 2;
+  args.n = n;
+  args.k = k;
+  args.expert_offsets = d_offsets.ptr;
+  args.a = d_a.ptr;
+  args.w = d_w.ptr;
+  args.w_scales = d_s.ptr;
+  args.alpha = d_alpha.ptr;
+  args.out = d_out.ptr;
+  std::vector<std::vector<std::uint16_t>> outs;
+  for (int ks : {1, 0, 0}) {
+    args.k_split = ks;
+    ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
+    w4a16_grouped_gemm(args);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    outs.push_back(d_out.download());
+  }
+  EXPECT_EQ(outs[1], outs[2]) << "repeated split runs differ";
+  const int expert_of_row[2] = {1, 5};
+  for (int o = 0; o < 2; ++o) {
+    SCOPED_TRACE(o == 0 ? "k_split 1" : "k_split auto");
+    double num = 0, den = 0;
+    for (int r = 0; r < 2; ++r) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (std::int64_t kk = 0; kk < k; ++kk)
+          ref += w.deq(expert_of_row[r], j, kk) * bf16_to_float(a[r * k + kk]);
+        const double got = bf16_to_float(outs[o][r * n + j]);
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+      }
+    }
+    EXPECT_GT(den, 0.0);
+    EXPECT_LT(std::sqrt(num / den), 4e-3);
+  }
+}
+
+// GEMM2 launched as a programmatic dependent of GEMM1 (overlap_previous): it
+// must wait for GEMM1's output (poisoned with NaN before every GEMM1), on a
+// stream and in a captured graph, for decode8 (unsplit and 2-CTA cluster),
+// decode16 (its 64 x 16 configuration here) and mid32 (which ignores the flag:
+// a plain launch); the result must be bitwise the plain launch's, which is
+// checked against float64.
+TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int e = 8, m = 24;
+  const std::int64_t h = 2048, inter = 512;
+  const W4Weights w1 = random_weights(rng, W4Format::kNVFP4, e, 2 * inter, h, true);
+  const W4Weights w2 = random_weights(rng, W4Format::kNVFP4, e, h, inter, false);
+  std::vector<std::int32_t> offsets(e + 1, 0);
+  std::uniform_int_distribution<int> pick(0, e - 1);
+  for (int r = 0; r < m; ++r) offsets[pick(rng) + 1]++;
+  for (int i = 0; i < e; ++i) offsets[i + 1] += offsets[i];
+  std::vector<std::uint16_t> x(m * h);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = float_to_bf16(normal(rng));
+  DeviceArray<std::int32_t> d_offsets(offsets);
+  DeviceArray<std::uint16_t> d_x(x), d_act(m * inter), d_y(m * h);
+  DeviceArray<u8> d_w1(w1.shuffled_codes), d_s1(w1.shuffled_scales);
+  DeviceArray<u8> d_w2(w2.shuffled_codes), d_s2(w2.shuffled_scales);
+  DeviceArray<float> d_alpha1(w1.alpha), d_alpha2(w2.alpha);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  W4A16GemmArgs g1;
+  g1.epilogue = W4Epilogue::kSiluAndMul;
+  g1.num_experts = e;
+  g1.m = m;
+  g1.n = 2 * inter;
+  g1.k = h;
+  g1.expert_offsets = d_offsets.ptr;
+  g1.a = d_x.ptr;
+  g1.w = d_w1.ptr;
+  g1.w_scales = d_s1.ptr;
+  g1.alpha = d_alpha1.ptr;
+  g1.out = d_act.ptr;
+  g1.stream = stream;
+  W4A16GemmArgs g2 = g1;
+  g2.epilogue = W4Epilogue::kNone;
+  g2.n = h;
+  g2.k = inter;
+  g2.a = d_act.ptr;
+  g2.w = d_w2.ptr;
+  g2.w_scales = d_s2.ptr;
+  g2.alpha = d_alpha2.ptr;
+  g2.out = d_y.ptr;
+  auto layer = [&](const W4A16GemmArgs& second) {
+    EXPECT_EQ(cudaMemsetAsync(d_act.ptr, 0xFF, d_act.count * 2, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_y.ptr, 0xFF, d_y.count * 2, stream), cudaSuccess);
+    w4a16_grouped_gemm(g1);
+    w4a16_grouped_gemm(second);
+  };
+  struct Variant {
+    W4Tile tile;
+    int k_split;
+  };
+  for (const Variant v : {Variant{W4Tile::kDecode8, 1}, Variant{W4Tile::kDecode8, 2},
+                          Variant{W4Tile::kDecode16, 0}, Variant{W4Tile::kMid32, 0}}) {
+    SCOPED_TRACE("tile " + w4_tile_name(v.tile) + " k_split " + std::to_string(v.k_split));
+    W4A16GemmArgs plain = g2;
+    plain.tile = v.tile;
+    plain.k_split = v.k_split;
+    layer(plain);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<std::uint16_t> act = d_act.download(), ref_out = d_y.download();
+    // The plain launch against float64 (GEMM2 of the downloaded activations).
+    double num = 0, den = 0;
+    for (int r = 0; r < m; ++r) {
+      int ex = 0;
+      while (offsets[ex + 1] <= r) ++ex;
+      for (std::int64_t j = 0; j < h; ++j) {
+        double ref = 0;
+        for (std::int64_t kk = 0; kk < inter; ++kk)
+          ref += w2.deq(ex, j, kk) * bf16_to_float(act[r * inter + kk]);
+        const double got = bf16_to_float(ref_out[r * h + j]);
+        num += (got - ref) * (got - ref);
+        den += ref * ref;
+      }
+    }
+    ASSERT_GT(den, 0.0);
+    EXPECT_LT(std::sqrt(num / den), 4e-3);
+    W4A16GemmArgs overlapped = plain;
+    overlapped.overlap_previous = true;
+    for (int rep = 0; rep < 3; ++rep) {
+      layer(overlapped);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(d_y.download(), ref_out) << "stream launch, rep " << rep;
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    layer(overlapped);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int rep = 0; rep < 3; ++rep) {
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(d_y.download(), ref_out) << "graph replay " << rep;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

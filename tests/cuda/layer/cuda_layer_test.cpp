@@ -15,12 +15,17 @@
 //     1/16 of them) lands one e4m3 ulp (2^-3 relative) away: RMS ~ sqrt(1/16) * 2^-3 / 2 ~ 1.6e-2
 //     on GEMM2's input, which GEMM2 averages into the same relative error of the output. Bound
 //     5e-2.
+//   Llama4 (router weight on the input, top-1): the reference scales the f32 input by the weight
+//     and keeps x * w in f32; the NoEP prepare hands the same f32 rows to the experts, and the
+//     bf16-activation experts (bf16, nvfp4, mxfp4) round them to bf16 (tensor cores take bf16):
+//     one more 2^-9 relative rounding per input element (~1e-3 RMS on GEMM1's output), inside
+//     the same 1e-2 bound. fp8_block quantizes those f32 rows like the reference's emulation.
 // Also: repeated runs bitwise equal; adversarial routings (every token to the same k experts, so
 // expert 0 gets all M tokens and the rest are empty; M = 0); the whole layer captured in a CUDA
 // graph with a caller-owned fixed workspace and replayed bitwise equal to the eager run.
-// Backends whose supports() refuses a preset (BF16/FP8 refuse SwiGLU-OAI and biases; with the
-// CUDA NoEP prepare, bf16-activation backends refuse Llama4's router weight on the input) are
-// skipped with the oracle's reason printed. Measured on an H200 (2026-11-29): fp8_block <= 2.2e-2,
+// Backends whose supports() refuses a preset (BF16/FP8 refuse SwiGLU-OAI and biases) are skipped
+// with the oracle's reason printed; llama4-scout must be accepted by every scheme (its own test).
+// Measured on an H200 (2026-11-29, before the Llama4 bf16-activation cases): fp8_block <= 2.2e-2,
 // the others <= 4.3e-3.
 #include <cuda_runtime_api.h>
 
@@ -236,11 +241,10 @@ TEST(CudaLayer, Mxfp4MatchesReference) {
 
 // Every token to the same k experts (expert 0 gets all M tokens in slot 0, experts >= k are
 // empty), through apply() with explicit ids, and M = 0.
-TEST(CudaLayer, AdversarialRoutings) {
-  MOEKIT_REQUIRE_GPU();
+void check_adversarial_routings(const std::string& preset) {
   const std::uint32_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const MoeLayerConfig layer = scaled("qwen3-30b-a3b");
+  SCOPED_TRACE(preset + " seed " + std::to_string(seed));
+  const MoeLayerConfig layer = scaled(preset);
   const int k = layer.top_k();
   for (const Scheme& s : schemes()) {
     for (std::int64_t m : {0, 1, 1024}) {
@@ -281,13 +285,17 @@ TEST(CudaLayer, AdversarialRoutings) {
   }
 }
 
+TEST(CudaLayer, AdversarialRoutings) {
+  MOEKIT_REQUIRE_GPU();
+  check_adversarial_routings("qwen3-30b-a3b");
+}
+
 // routing -> prepare -> experts -> finalize captured in one CUDA graph over a caller-owned fixed
 // workspace; replays are bitwise equal to the eager run.
-TEST(CudaLayer, GraphCaptureReplaysBitwise) {
-  MOEKIT_REQUIRE_GPU();
+void check_graph_capture(const std::string& preset) {
   const std::uint32_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const MoeLayerConfig layer = scaled("deepseek-v3");  // DeepSeekV3 routing with correction bias
+  SCOPED_TRACE(preset + " seed " + std::to_string(seed));
+  const MoeLayerConfig layer = scaled(preset);
   const std::int64_t m = 64;
   for (const Scheme& s : schemes()) {
     SCOPED_TRACE(std::string(scheme_name(s.weight)));
@@ -330,6 +338,33 @@ TEST(CudaLayer, GraphCaptureReplaysBitwise) {
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+TEST(CudaLayer, GraphCaptureReplaysBitwise) {
+  MOEKIT_REQUIRE_GPU();
+  check_graph_capture("deepseek-v3");  // DeepSeekV3 routing with correction bias
+}
+
+// Llama4 applies the top-1 router weight on the input (x * w before GEMM1, no weight in the
+// reduce). Every scheme must accept it (no CPU fallback) and match the reference at every M, on
+// routed logits, with adversarial routings (all tokens to expert 0, M = 0) and in a CUDA graph.
+TEST(CudaLayer, Llama4RouterWeightOnInputMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  std::cout << "seed " << seed << " (MOEKIT_TEST_SEED overrides)\n";
+  const MoeLayerConfig layer = scaled("llama4-scout");
+  ASSERT_EQ(layer.routing.method, RoutingMethod::kLlama4);
+  ASSERT_EQ(layer.top_k(), 1);
+  for (const Scheme& s : schemes()) {
+    SCOPED_TRACE(std::string(scheme_name(s.weight)));
+    ASSERT_EQ(refusal(s, make_problem(layer, s, 64)), "");
+    for (std::int64_t m : {1, 3, 64, 129, 1024}) {
+      EXPECT_TRUE(run_layer_case("llama4-scout", s, m, seed));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  check_adversarial_routings("llama4-scout");
+  check_graph_capture("llama4-scout");
 }
 
 }  // namespace

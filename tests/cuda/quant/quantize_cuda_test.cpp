@@ -3,6 +3,7 @@
 // batched inputs; computed and static per-tensor scales. Outputs are poisoned with two different
 // bytes before two runs: both must equal the reference (every byte written, runs bitwise equal).
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -221,6 +222,47 @@ TEST(QuantizeCudaSpecials, InfinitiesSaturateLikeReference) {
     cuda_test::sync();
     EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
     EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
+  }
+}
+
+// NaN elements (both signs) among ordinary values: codes and scale bytes are defined by the spec
+// (block maxima ignore NaN; e2m1(NaN) = 0x7, e4m3(NaN) = 0x7F), so they must match byte for byte.
+// This also drives the kernels' per-chunk slow path (the fast e2m1 path assumes no NaN).
+TEST(QuantizeCudaSpecials, NanElementsEncodeLikeReference) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = cuda_test::test_seed();
+  MOEKIT_LOG_SEED(seed);
+  std::mt19937_64 rng(seed + 3);
+  std::uniform_int_distribution<int> pick(0, 15);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    Tensor x(dtype, Shape{5, 256});
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const int p = pick(rng);
+      const float v = p == 0 ? nan : p == 1 ? -nan : cuda_test::spread_value(rng);
+      if (dtype == DType::kF32) x.ptr<float>()[i] = v;
+      else x.ptr<std::uint16_t>()[i] = float_to_bf16(v);
+    }
+    Tensor gs(DType::kF32, Shape{1});
+    gs.ptr<float>()[0] = 2.0f;
+    const Tensor x_d = to_device(x), gs_d = to_device(gs);
+    for (const QuantConfig& c :
+         {QuantConfig{QuantScheme::kNVFP4, ScaleLayout::kSwizzled128x4},
+          QuantConfig{QuantScheme::kNVFP4PerToken}, QuantConfig{QuantScheme::kMXFP4},
+          QuantConfig{QuantScheme::kMXFP8}, QuantConfig{QuantScheme::kFP8Block1x128},
+          QuantConfig{QuantScheme::kFP8PerToken}}) {
+      SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dtype)));
+      const bool nv = c.scheme == QuantScheme::kNVFP4;
+      const QuantizedTensor ref = quantize(x, c, nv ? gs.view() : TensorView{});
+      const DeviceQuant q = alloc_device(x.shape(), c);
+      poison(q.values, 0xA5);
+      poison(q.scales, 0xA5);
+      poison(q.global_scale, 0xA5);
+      quantize(x_d, c, q.view(c), QuantBackend::kCuda, nv ? gs_d.view() : TensorView{});
+      cuda_test::sync();
+      EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
+      EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
+    }
   }
 }
 

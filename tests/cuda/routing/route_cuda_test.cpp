@@ -2,6 +2,8 @@
 // M in {0, 1, 3, 127, 128, 129, 1000}, tie-heavy logits. topk_ids must be identical; weights
 // identical except for the documented one-ulp sigmoid cases (route_cuda.hpp): every weight within
 // 2 ulp and at least 99.9% bit-identical.
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,15 +23,22 @@ struct Stats {
   std::int64_t weights = 0, exact = 0;
 };
 
+// specials: logits drawn from {NaN, +-Inf, +-0, +-1, normal} (ids compared; weights may be NaN,
+// so they are compared only when both are numbers).
 void check_routing(const RoutingConfig& cfg, std::int64_t m, int e, bool bf16, bool ties,
-                   std::mt19937_64& rng, Stats& stats) {
+                   std::mt19937_64& rng, Stats& stats, bool specials = false) {
   SCOPED_TRACE(cfg.str() + " M=" + std::to_string(m) + " E=" + std::to_string(e) +
-               (bf16 ? " bf16" : " f32") + (ties ? " ties" : ""));
+               (bf16 ? " bf16" : " f32") + (ties ? " ties" : "") + (specials ? " specials" : ""));
   Tensor logits(bf16 ? DType::kBF16 : DType::kF32, Shape{m, e});
   std::normal_distribution<float> n(0.0f, 2.0f);
   std::uniform_int_distribution<int> few(-3, 3);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float special[] = {std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1.0f, -1.0f};
   for (std::int64_t i = 0; i < m * e; ++i) {
-    const float v = ties ? 0.5f * static_cast<float>(few(rng)) : n(rng);
+    const int p = pick(rng);
+    const float v = specials && p < 7 ? special[p] : ties ? 0.5f * static_cast<float>(few(rng)) : n(rng);
     if (bf16) logits.ptr<std::uint16_t>()[i] = cuda_test::to_bf16_bits(v);
     else logits.ptr<float>()[i] = v;
   }
@@ -56,6 +65,10 @@ void check_routing(const RoutingConfig& cfg, std::int64_t m, int e, bool bf16, b
     std::int64_t worst = 0;
     for (std::int64_t i = 0; i < w.numel(); ++i) {
       const float a = ref.topk_weights.ptr<float>()[i], b = w.ptr<float>()[i];
+      if (specials && (std::isnan(a) || std::isnan(b))) {
+        EXPECT_EQ(std::isnan(a), std::isnan(b)) << "weight " << i;
+        continue;
+      }
       const std::int64_t d = cuda_test::ulp_distance(a, b);
       worst = std::max(worst, d);
       stats.weights += 1;
@@ -99,8 +112,12 @@ TEST(RouteCuda, EveryMethodMatchesReference) {
     int e, k, groups, keep;
     float scale;
   };
+  // Group sizes: 32 (DeepSeek-V3), 64 (two registers per group), 16 / 8 / 2 / 1 (lane segments),
+  // 9 and 12 (not powers of two: the shared-memory path).
   for (const G g : {G{256, 8, 8, 4, 2.5f}, G{384, 8, 1, 1, 2.827f}, G{16, 4, 16, 5, 1.0f},
-                    G{64, 6, 8, 8, 1.0f}, G{512, 32, 32, 8, 1.0f}}) {
+                    G{64, 6, 8, 8, 1.0f}, G{512, 32, 32, 8, 1.0f}, G{256, 8, 4, 2, 1.0f},
+                    G{512, 8, 8, 3, 1.0f}, G{128, 8, 4, 2, 1.0f}, G{48, 4, 6, 2, 1.0f},
+                    G{32, 4, 16, 3, 1.0f}, G{72, 4, 8, 3, 1.0f}, G{96, 6, 8, 5, 1.0f}}) {
     RoutingConfig cfg;
     cfg.method = RoutingMethod::kDeepSeekV3;
     cfg.top_k = g.k;
@@ -110,6 +127,7 @@ TEST(RouteCuda, EveryMethodMatchesReference) {
     for (std::int64_t m : {0, 1, 3, 127, 128, 129, 1000})
       check_routing(cfg, m, g.e, m == 128, false, rng, stats);
     check_routing(cfg, 129, g.e, false, true, rng, stats);
+    check_routing(cfg, 64, g.e, false, false, rng, stats, /*specials=*/true);
   }
   ASSERT_GT(stats.weights, 0);
   const double exact = static_cast<double>(stats.exact) / static_cast<double>(stats.weights);
