@@ -74,7 +74,7 @@ __device__ __forceinline__ int warp_best(unsigned key, int idx) {
 }
 
 // rank_key's inverse up to the sign of zero and the NaN payload (key 1 -> a NaN, both zeros ->
-// +0), which cannot change a group's rank: see kept_groups_pow2.
+// +0), which cannot change a group's rank: see kept_groups_wide.
 __device__ __forceinline__ float key_value(unsigned key) {
   if (key == 1u) return __uint_as_float(0x7FC00000u);
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
@@ -87,38 +87,85 @@ __device__ __forceinline__ void merge_top2(unsigned& a1, unsigned& a2, unsigned 
   a2 = n2;
 }
 
-// DeepSeek-V3 group selection without shared memory, for a power-of-two group size pg. Expert
-// e = lane + 32 i (register i of lane) is in group e / pg:
-//  * pg >= 32: group i / (pg / 32), the same for every lane: registers of one group are merged
-//    in-lane, then a 5-level xor butterfly leaves every lane with each group's top-2;
-//  * pg < 32: group i * (32 / pg) + lane / pg: a butterfly over the xor offsets below pg (the
-//    lanes of one aligned segment) does the same per register.
-// The butterfly merges disjoint sets, so each group's two largest keys are exact. The group
-// score is v1 + v2 (v1 alone when pg == 1) in fp32, as the reference's s[b0] + s[b1]: equal keys
-// have equal values except +-0 (and NaN payloads), whose sums have the same rank_key, so the kept
-// groups are the reference's. Then topk_group rounds of arg-max over (score key, lower group).
+// DeepSeek-V3 group selection without shared memory, for a power-of-two group size pg = 2^lg.
+// Expert e = lane + 32 i (register i of lane) is in group e >> lg. The group score is v1 + v2 of
+// its two largest keys (v1 alone when pg == 1) in fp32, as the reference's s[b0] + s[b1]: equal
+// keys have equal values except +-0 (and NaN payloads), whose sums have the same rank_key, so the
+// kept groups are the reference's. Kept: topk_group rounds of arg-max over (score key, lower
+// group). Shifts only (no integer division by the runtime group size).
+//
+// pg >= 32 (DeepSeek-V3: 256 / 8 = 32): group i >> (lg - 5) for every lane. The c = pg / 32
+// registers of a group are merged in-lane; then the warp's top-1 is one __reduce_max_sync, and the
+// top-2 another after the lowest lane holding the top-1 offers its second key instead. Every lane
+// ends with every group's score, so the kept-group rounds run in-lane.
 template <int kPerLane>
-__device__ __forceinline__ std::uint32_t kept_groups_pow2(const float (&score)[kPerLane],
-                                                          std::uint32_t valid, int pg, int keep,
+__device__ __forceinline__ std::uint32_t kept_groups_wide(const float (&score)[kPerLane],
+                                                          std::uint32_t valid, int lg, int keep,
                                                           int lane) {
+  const int lc = lg - 5;  // log2(registers per group)
+  const int c = 1 << lc;
   unsigned t1[kPerLane], t2[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
     t2[i] = 0u;
   }
-  const int c = pg / 32;  // registers per group when pg >= 32
 #pragma unroll
-  for (int s = 1; s < kPerLane; s *= 2) {
-    if (s < c) {
+  for (int st = 1; st < kPerLane; st *= 2) {
+    if (st < c) {
 #pragma unroll
-      for (int i = 0; i + s < kPerLane; i += 2 * s) merge_top2(t1[i], t2[i], t1[i + s], t2[i + s]);
+      for (int i = 0; i + st < kPerLane; i += 2 * st) merge_top2(t1[i], t2[i], t1[i + st], t2[i + st]);
     }
   }
-  const int width = pg < 32 ? pg : 32;
+  unsigned gkey[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    gkey[i] = 0u;
+    // Uniform over the warp: E is a multiple of 32 here, so register i is valid in every lane.
+    if ((i & (c - 1)) == 0 && ((valid >> i) & 1u)) {
+      const unsigned m1 = __reduce_max_sync(0xFFFFFFFFu, t1[i]);
+      const int holder = __ffs(__ballot_sync(0xFFFFFFFFu, t1[i] == m1)) - 1;
+      const unsigned m2 = __reduce_max_sync(0xFFFFFFFFu, lane == holder ? t2[i] : t1[i]);
+      gkey[i] = rank_key(__fadd_rn(key_value(m1), key_value(m2)));
+    }
+  }
+  std::uint32_t kept = 0;
+  for (int j = 0; j < keep; ++j) {
+    unsigned bk = 0u;
+    int bi = -1;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (gkey[i] > bk) {  // ascending i = ascending group: ties keep the lower group
+        bk = gkey[i];
+        bi = i;
+      }
+    }
+    if (bi < 0) break;
+    kept |= 1u << (bi >> lc);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (i == bi) gkey[i] = 0u;
+  }
+  return kept;
+}
+
+// pg < 32: group (lane + 32 i) >> lg = i * (32 / pg) + (lane >> lg). A butterfly over the xor
+// offsets below pg (the lanes of one aligned segment) merges (top-1, top-2) key pairs of disjoint
+// sets, leaving each lane with its segment's top-2 per register; then warp arg-max rounds.
+template <int kPerLane>
+__device__ __forceinline__ std::uint32_t kept_groups_narrow(const float (&score)[kPerLane],
+                                                            std::uint32_t valid, int lg, int keep,
+                                                            int lane) {
+  const int pg = 1 << lg;
+  unsigned t1[kPerLane], t2[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
+    t2[i] = 0u;
+  }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
-    if (off < width) {
+    if (off < pg) {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const unsigned o1 = __shfl_xor_sync(0xFFFFFFFFu, t1[i], off);
@@ -127,16 +174,13 @@ __device__ __forceinline__ std::uint32_t kept_groups_pow2(const float (&score)[k
       }
     }
   }
-  // Candidates: register i (the first of its group when c > 1) scores group g(i).
   unsigned gkey[kPerLane];
   int gidx[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    const bool first = c <= 1 || i % c == 0;
-    gidx[i] = e / pg;
+    gidx[i] = (lane + 32 * i) >> lg;
     const float gs = pg >= 2 ? __fadd_rn(key_value(t1[i]), key_value(t2[i])) : key_value(t1[i]);
-    gkey[i] = ((valid >> i) & 1u) && first ? rank_key(gs) : 0u;
+    gkey[i] = ((valid >> i) & 1u) ? rank_key(gs) : 0u;
   }
   std::uint32_t kept = 0;
   for (int j = 0; j < keep; ++j) {
@@ -150,6 +194,7 @@ __device__ __forceinline__ std::uint32_t kept_groups_pow2(const float (&score)[k
       }
     }
     const int g = warp_best(bk, bg);
+    if (g < 0) break;
     kept |= 1u << g;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
@@ -274,15 +319,23 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(RouteArgs a) {
     const int groups = a.method == RoutingMethod::kDeepSeekV3 ? a.groups : 1;
     if (groups > 1 && a.topk_group < groups) {
       const int per_group = a.e / groups;
-      const std::uint32_t kept =
-          (per_group & (per_group - 1)) == 0
-              ? kept_groups_pow2<kPerLane>(score, valid, per_group, a.topk_group, lane)
-              : kept_groups_smem(s_score[warp], groups, per_group, a.topk_group, lane);
       eligible = 0;
+      if ((per_group & (per_group - 1)) == 0) {
+        const int lg = __ffs(per_group) - 1;
+        const std::uint32_t kept =
+            per_group >= 32 ? kept_groups_wide<kPerLane>(score, valid, lg, a.topk_group, lane)
+                            : kept_groups_narrow<kPerLane>(score, valid, lg, a.topk_group, lane);
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + 32 * i;
-        if (e < a.e && ((kept >> (e / per_group)) & 1u)) eligible |= 1u << i;
+        for (int i = 0; i < kPerLane; ++i)
+          if (((valid >> i) & 1u) && ((kept >> ((lane + 32 * i) >> lg)) & 1u)) eligible |= 1u << i;
+      } else {
+        const std::uint32_t kept =
+            kept_groups_smem(s_score[warp], groups, per_group, a.topk_group, lane);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int e = lane + 32 * i;
+          if (e < a.e && ((kept >> (e / per_group)) & 1u)) eligible |= 1u << i;
+        }
       }
     }
   }
