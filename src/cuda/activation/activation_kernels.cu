@@ -62,6 +62,10 @@ __device__ __forceinline__ double act_scalar(const ActParams& p, double g, doubl
 // 8 activation outputs (row, col .. col+7) of an [rows, width] GEMM1 output.
 template <typename T, bool kVec>
 struct ActLoader {
+  // Compute-bound (the float64 activation formula): one row per step of the quantize kernel keeps
+  // its registers, hence its occupancy, where the plain loader takes several rows for bytes in
+  // flight.
+  static constexpr int kRowsPerStep = 1;
   const T* in;
   std::int64_t inter, width;
   ActParams p;

@@ -159,9 +159,15 @@ __host__ __device__ __forceinline__ std::int64_t padded_chunks(std::int64_t k) {
   return (chunks + kLanes - 1) / kLanes * kLanes;
 }
 
+// Rows per thread per step of the chunk kernel: their loads are issued together, so each thread
+// keeps kRowsPerThread x 16 bytes in flight (the kernel is memory-bound only with enough bytes in
+// flight per SM: ~64 KB at H200 latency and bandwidth).
+constexpr int kRowsPerThread = 4;
+
 // Reads chunk (row, col) of a [B*M, K] input as fp32 (the plain quantize input).
 template <typename T, bool kVec>
 struct RowLoader {
+  static constexpr int kRowsPerStep = kRowsPerThread;  // memory-bound: rows for bytes in flight
   const T* x;
   std::int64_t k;
   __device__ __forceinline__ void operator()(std::int64_t grow, std::int64_t col,
@@ -173,67 +179,125 @@ struct RowLoader {
 // Threads per CTA of the chunk kernels (a multiple of every group size; 7168 / 8 = 7 x 128).
 constexpr int kChunkThreads = 128;
 
-// Rows per thread per step of the chunk kernel: their loads are issued together, so each thread
-// keeps kRowsPerThread x 16 bytes in flight (the kernel is memory-bound only with enough bytes in
-// flight per SM: ~64 KB at H200 latency and bandwidth).
-constexpr int kRowsPerThread = 4;
+// 8-element chunks per thread of the chunk kernel: 2 for FP4 (a 16-element unit: one NVFP4 block
+// per thread, so its scale is computed once and needs no shuffle; half an MX block), 1 otherwise.
+template <Kind kKind>
+constexpr int chunks_per_unit() {
+  return is_fp4<kKind>() ? 2 : 1;
+}
 
-// One thread per chunk: blockIdx.x * 128 + threadIdx.x is the chunk within a row (of
-// padded_chunks); CTA row y handles rows kRowsPerThread * y + [0, kRowsPerThread), then strides by
-// kRowsPerThread * gridDim.y, so no per-thread 64-bit division is needed. The scale (kNvfp4's gs,
-// kFp8Scaled's s) comes from a.scale_in per matrix or per row. `load` produces the fp32 values of a
-// chunk (the input itself, or an activation of GEMM1's output for the fused activation + quantize
-// op). kVec: the row length is a multiple of 8 (whole-chunk vector stores).
+// Units per row of the chunk kernel, rounded up to whole scale groups (so groups never straddle
+// rows or warps). For FP4, K is a multiple of the scale block (16 or 32), so units are whole.
+template <Kind kKind>
+__host__ __device__ __forceinline__ std::int64_t padded_units(std::int64_t k) {
+  constexpr int kSub = chunks_per_unit<kKind>();
+  constexpr int kLanes = lanes_per_group<kKind>() / kSub;
+  const std::int64_t units = (k + kChunk * kSub - 1) / (kChunk * kSub);
+  return (units + kLanes - 1) / kLanes * kLanes;
+}
+
+// Quantizes one 16-element FP4 unit (two chunks) of row `grow` given its group's absmax: one block
+// scale, 16 codes through the e2m1 table, two 4-byte stores.
+template <Kind kKind>
+__device__ __forceinline__ void encode_fp4_unit(const QuantArgs& a, const float (&v)[2][kChunk],
+                                                float gmax, const ScaleParam& sp,
+                                                std::int64_t grow, std::int64_t col, bool lead,
+                                                std::int64_t sf_off,
+                                                const std::uint8_t* e2m1_table) {
+  std::uint8_t sf;
+  const float out_scale = kKind == Kind::kNvfp4
+                              ? nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, &sf)
+                              : mxfp4_block_scale(gmax, a.rule, &sf);
+  float s0[kChunk], s1[kChunk];
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) {
+    s0[i] = __fmul_rn(v[0][i], out_scale);
+    s1[i] = __fmul_rn(v[1][i], out_scale);
+  }
+  auto* out = reinterpret_cast<std::uint32_t*>(static_cast<std::uint8_t*>(a.values) +
+                                               (grow * a.k + col) / 2);
+  out[0] = e2m1x8(s0, e2m1_table);
+  out[1] = e2m1x8(s1, e2m1_table);
+  if (lead) static_cast<std::uint8_t*>(a.scales)[sf_off] = sf;
+}
+
+// Rows per thread per step: the loader's kRowsPerStep chunks-worth, so the plain loader keeps the
+// same 64 bytes of input in flight per thread for every kind (4 rows of 8 elements, 2 rows of a
+// 16-element FP4 unit) at ~70 registers; at least one row.
+template <Kind kKind, typename Loader>
+constexpr int rows_per_step() {
+  constexpr int r = Loader::kRowsPerStep / chunks_per_unit<kKind>();
+  return r > 0 ? r : 1;
+}
+
+// One thread per unit (kSub chunks of 8): blockIdx.x * 128 + threadIdx.x is the unit within a
+// row (of padded_units); CTA row y handles rows kRows * y + [0, kRows), kRows = rows_per_step,
+// then strides by kRows * gridDim.y, so no per-thread 64-bit division is needed. The scale
+// (kNvfp4's gs, kFp8Scaled's s) comes from a.scale_in per matrix or per row. `load` produces the
+// fp32 values of a chunk (the input itself, or an activation of GEMM1's output for the fused
+// activation + quantize op). kVec: the row length is a multiple of 8 (whole-chunk vector stores).
 template <typename Loader, Kind kKind, bool kVec>
 __global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArgs a, Loader load) {
-  constexpr int kLanes = lanes_per_group<kKind>();
+  constexpr int kSub = chunks_per_unit<kKind>();
+  constexpr int kRows = rows_per_step<kKind, Loader>();
+  constexpr int kLanes = lanes_per_group<kKind>() / kSub;
   constexpr bool kScaled = kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled;
   __shared__ std::uint8_t s_e2m1[is_fp4<kKind>() ? 256 : 1];
   if constexpr (is_fp4<kKind>()) {
     load_e2m1_table(s_e2m1);
     __syncthreads();
   }
-  const std::int64_t per_row = padded_chunks<kKind>(a.k);
+  const std::int64_t per_row = padded_units<kKind>(a.k);
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t col = c * kChunk;
+  const std::int64_t col = c * kChunk * kSub;
   // Whole groups are in or out of a row (per_row is a multiple of kLanes), so shuffles among the
   // lanes of a group only see live lanes; lanes past the end still take part in them.
   const bool active = c < per_row && col < a.k;
   const bool lead = (threadIdx.x % kLanes) == 0;
   const std::int64_t total_rows = a.batch * a.rows;
-  // The column part of the scale byte offset is the same for every row of this thread.
-  std::int64_t sf_col = 0;
-  if constexpr (has_scale_bytes<kKind>()) sf_col = scale_col_offset(a.layout, col / scale_block<kKind>());
+  // The column part of the scale byte offset is the same for every row of this thread, the
+  // matrix stride of the scale buffer for every row.
+  std::int64_t sf_col = 0, sf_matrix = 0;
+  if constexpr (has_scale_bytes<kKind>()) {
+    sf_col = scale_col_offset(a.layout, col / scale_block<kKind>());
+    sf_matrix = scale_padded_rows(a.layout, a.rows) * scale_padded_cols(a.layout, a.kb);
+  }
   // The scale invariants are recomputed only when the scale changes (per matrix or per row).
   float scale_seen = 0.0f;
   ScaleParam sp;
   bool have_sp = false;
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.y) * kRowsPerThread;
-       base < total_rows; base += static_cast<std::int64_t>(gridDim.y) * kRowsPerThread) {
-    float v[kRowsPerThread][kChunk];
+  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.y) * kRows;
+       base < total_rows; base += static_cast<std::int64_t>(gridDim.y) * kRows) {
+    float v[kRows][kSub][kChunk];
 #pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j) {
-      if (active && base + j < total_rows) {
-        load(base + j, col, v[j]);
-      } else {
+    for (int j = 0; j < kRows; ++j) {
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) v[j][e] = 0.0f;
+      for (int u = 0; u < kSub; ++u) {
+        if (active && base + j < total_rows) {
+          load(base + j, col + u * kChunk, v[j][u]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) v[j][u][e] = 0.0f;
+        }
       }
     }
 #pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j) {
+    for (int j = 0; j < kRows; ++j) {
       const std::int64_t grow = base + j;
       if (grow >= total_rows) break;  // uniform over the CTA
       float gmax = 0.0f;
-      if constexpr (kLanes > 1) gmax = group_max<kLanes>(chunk_absmax(v[j]));
-      else if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8)
-        gmax = chunk_absmax(v[j]);
+      if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4 || kKind == Kind::kMxfp8 ||
+                    kKind == Kind::kFp8Group) {
+        float m = chunk_absmax(v[j][0]);
+        if constexpr (kSub > 1) m = fmaxf(m, chunk_absmax(v[j][1]));
+        gmax = kLanes > 1 ? group_max<kLanes>(m) : m;
+      }
       if (!active) continue;
       const std::int64_t b = a.batch == 1 ? 0 : grow / a.rows;
       std::int64_t sf_off = 0;
       if constexpr (has_scale_bytes<kKind>()) {
         const std::int64_t r = a.batch == 1 ? grow : grow % a.rows;
-        sf_off = batched_scale_row_offset(a.layout, b, r, a.rows, a.kb) + sf_col;
+        sf_off = b * sf_matrix + scale_row_offset(a.layout, r, a.kb) + sf_col;
       }
       if constexpr (kScaled) {
         const float s = a.scale_in[a.scale_per_row ? grow : b];
@@ -243,7 +307,11 @@ __global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArg
           have_sp = true;
         }
       }
-      encode_chunk<kKind, kVec>(a, v[j], gmax, sp, grow, col, lead, sf_off, s_e2m1);
+      if constexpr (is_fp4<kKind>()) {
+        encode_fp4_unit<kKind>(a, v[j], gmax, sp, grow, col, lead, sf_off, s_e2m1);
+      } else {
+        encode_chunk<kKind, kVec>(a, v[j][0], gmax, sp, grow, col, lead, sf_off, s_e2m1);
+      }
     }
   }
 }

@@ -23,12 +23,12 @@ inline unsigned int blocks_for(std::int64_t threads) {
 
 template <Kind kKind, typename Loader>
 void launch_chunks(const QuantArgs& a, const Loader& load, cudaStream_t stream) {
-  const std::int64_t per_row = padded_chunks<kKind>(a.k);
+  const std::int64_t per_row = padded_units<kKind>(a.k);
   const std::int64_t rows = a.batch * a.rows;
   if (per_row == 0 || rows == 0) return;
   const dim3 grid(static_cast<unsigned int>((per_row + kChunkThreads - 1) / kChunkThreads),
                   static_cast<unsigned int>(std::min<std::int64_t>(
-                      (rows + kRowsPerThread - 1) / kRowsPerThread, 65535)));
+                      (rows + rows_per_step<kKind, Loader>() - 1) / rows_per_step<kKind, Loader>(), 65535)));
   if (a.k % kChunk == 0) {
     quantize_chunks_kernel<Loader, kKind, true><<<grid, kChunkThreads, 0, stream>>>(a, load);
   } else {
