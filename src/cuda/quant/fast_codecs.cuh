@@ -18,13 +18,18 @@
 
 namespace moekit::cuda::quant_detail {
 
-// Four fp32 values -> four e4m3 bytes (a in the lowest byte), bit-identical to float_to_e4m3.
-__device__ __forceinline__ std::uint32_t e4m3x4(float a, float b, float c, float d) {
+// Four fp32 values -> four e4m3 bytes straight from the hardware, a in the lowest byte: RN-even,
+// satfinite; a NaN may come out as 0x7F or 0xFF.
+__device__ __forceinline__ std::uint32_t e4m3x4_raw(float a, float b, float c, float d) {
   std::uint16_t lo, hi;
-  // cvt.*.e4m3x2.f32 d, x, y puts x in the upper byte and y in the lower one.
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
-  std::uint32_t w = static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+  return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+}
+
+// Four fp32 values -> four e4m3 bytes, bit-identical to float_to_e4m3.
+__device__ __forceinline__ std::uint32_t e4m3x4(float a, float b, float c, float d) {
+  const std::uint32_t w = e4m3x4_raw(a, b, c, d);
   // A NaN byte (0x7F or 0xFF; satfinite never produces them from numbers) becomes 0x7F.
   const std::uint32_t nan = __vcmpeq4(w & 0x7F7F7F7Fu, 0x7F7F7F7Fu);
   return w & ~(nan & 0x80808080u);
@@ -63,15 +68,6 @@ static __device__ const std::uint8_t kE2m1OfE4m3[256] = {
 __device__ __forceinline__ float round_to_odd_m3(float x) {
   const std::uint32_t u = __float_as_uint(x);
   return __uint_as_float((u & 0xFFF00000u) | (((u & 0xFFFFFu) + 0xFFFFFu) & 0x100000u));
-}
-
-// Four fp32 values -> four e4m3 bytes straight from the hardware (NaN may come out as 0xFF; the
-// e2m1 table maps both NaN bytes to the same code, so no fix-up is needed here).
-__device__ __forceinline__ std::uint32_t e4m3x4_raw(float a, float b, float c, float d) {
-  std::uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
-  return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
 }
 
 // One fp32 value -> e2m1 code through `table` (kE2m1OfE4m3 or a shared-memory copy of it).

@@ -83,6 +83,15 @@ constexpr int scale_block() {
   return kKind == Kind::kNvfp4 ? 16 : 32;
 }
 
+// An FP4 block's multiplier and scale byte from its absmax (NVFP4: e4m3 scale under gs; MXFP4:
+// e8m0 under the MX rule).
+template <Kind kKind>
+__device__ __forceinline__ float fp4_block_scale(const QuantArgs& a, float gmax,
+                                                 const ScaleParam& sp, std::uint8_t* sf) {
+  if constexpr (kKind == Kind::kNvfp4) return nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, sf);
+  return mxfp4_block_scale(gmax, a.rule, sf);
+}
+
 // Quantizes one chunk of row `grow` of the flattened [B*M, K] given its group's absmax. `lead` =
 // this lane writes the group's scale, at byte `sf_off` for the block-scaled kinds (the caller
 // adds the row and column parts of the layout offset, see batched_scale_row_offset).
@@ -93,11 +102,9 @@ __device__ __forceinline__ void encode_chunk(const QuantArgs& a, const float (&v
                                              float gmax, const ScaleParam& sp, std::int64_t grow,
                                              std::int64_t col, bool lead, std::int64_t sf_off,
                                              const std::uint8_t* e2m1_table) {
-  if constexpr (kKind == Kind::kNvfp4 || kKind == Kind::kMxfp4) {
+  if constexpr (is_fp4<kKind>()) {
     std::uint8_t sf;
-    const float out_scale = kKind == Kind::kNvfp4
-                                ? nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, &sf)
-                                : mxfp4_block_scale(gmax, a.rule, &sf);
+    const float out_scale = fp4_block_scale<kKind>(a, gmax, sp, &sf);
     float scaled[kChunk];
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) scaled[i] = __fmul_rn(v[i], out_scale);
@@ -205,9 +212,7 @@ __device__ __forceinline__ void encode_fp4_unit(const QuantArgs& a, const float 
                                                 std::int64_t sf_off,
                                                 const std::uint8_t* e2m1_table) {
   std::uint8_t sf;
-  const float out_scale = kKind == Kind::kNvfp4
-                              ? nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, &sf)
-                              : mxfp4_block_scale(gmax, a.rule, &sf);
+  const float out_scale = fp4_block_scale<kKind>(a, gmax, sp, &sf);
   float s0[kChunk], s1[kChunk];
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) {
