@@ -32,25 +32,28 @@ MOEKIT_HD std::int64_t scale_offset(ScaleLayout layout, std::int64_t r, std::int
 // column across rows computes the column part once.
 MOEKIT_HD std::int64_t scale_row_offset(ScaleLayout layout, std::int64_t r,
                                         std::int64_t scale_cols) {
-  const std::int64_t tk = (scale_cols + 3) / 4;
+  // Unsigned shifts and masks (r, scale_cols >= 0): no signed-division fix-ups in kernels.
+  const std::uint64_t ur = static_cast<std::uint64_t>(r);
+  const std::uint64_t tk = (static_cast<std::uint64_t>(scale_cols) + 3) >> 2;
   switch (layout) {
     case ScaleLayout::kLinear:
       return r * scale_cols;
     case ScaleLayout::kSwizzled128x4:
-      return (r / 128) * tk * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4;
+      return static_cast<std::int64_t>((ur >> 7) * tk * 512 + (ur & 31) * 16 + ((ur >> 5) & 3) * 4);
     case ScaleLayout::kSwizzled8x4:
-      return (r / 8) * tk * 32 + (r % 8) * 4;
+      return static_cast<std::int64_t>((ur >> 3) * tk * 32 + (ur & 7) * 4);
   }
   return -1;
 }
 MOEKIT_HD std::int64_t scale_col_offset(ScaleLayout layout, std::int64_t c) {
+  const std::uint64_t uc = static_cast<std::uint64_t>(c);
   switch (layout) {
     case ScaleLayout::kLinear:
       return c;
     case ScaleLayout::kSwizzled128x4:
-      return (c / 4) * 512 + (c % 4);
+      return static_cast<std::int64_t>((uc >> 2) * 512 + (uc & 3));
     case ScaleLayout::kSwizzled8x4:
-      return (c / 4) * 32 + (c % 4);
+      return static_cast<std::int64_t>((uc >> 2) * 32 + (uc & 3));
   }
   return -1;
 }

@@ -89,7 +89,7 @@ template <Kind kKind>
 __device__ __forceinline__ float fp4_block_scale(const QuantArgs& a, float gmax,
                                                  const ScaleParam& sp, std::uint8_t* sf) {
   if constexpr (kKind == Kind::kNvfp4) return nvfp4_block_scale_fast(gmax, sp.gs_c6, sp.inv_gs, sf);
-  return mxfp4_block_scale(gmax, a.rule, sf);
+  return mx_block_scale_fast<2>(gmax, a.rule, sf);
 }
 
 // Quantizes one chunk of row `grow` of the flattened [B*M, K] given its group's absmax. `lead` =
@@ -131,7 +131,7 @@ __device__ __forceinline__ void encode_chunk(const QuantArgs& a, const float (&v
     float q[kChunk];
     if constexpr (kKind == Kind::kMxfp8) {
       std::uint8_t e;
-      const float m = mxfp8_block_scale(gmax, a.rule, &e);
+      const float m = mx_block_scale_fast<8>(gmax, a.rule, &e);
       if (lead) static_cast<std::uint8_t*>(a.scales)[sf_off] = e;
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) q[i] = __fmul_rn(v[i], m);

@@ -87,6 +87,17 @@ __device__ __forceinline__ void merge_top2(unsigned& a1, unsigned& a2, unsigned 
   a2 = n2;
 }
 
+// (top-1, top-2) key pairs of single registers: the valid ones' keys and "no candidate".
+template <int kPerLane>
+__device__ __forceinline__ void init_top2(const float (&score)[kPerLane], std::uint32_t valid,
+                                          unsigned (&t1)[kPerLane], unsigned (&t2)[kPerLane]) {
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
+    t2[i] = 0u;
+  }
+}
+
 // DeepSeek-V3 group selection without shared memory, for a power-of-two group size pg = 2^lg.
 // Expert e = lane + 32 i (register i of lane) is in group e >> lg. The group score is v1 + v2 of
 // its two largest keys (v1 alone when pg == 1) in fp32, as the reference's s[b0] + s[b1]: equal
@@ -105,11 +116,7 @@ __device__ __forceinline__ std::uint32_t kept_groups_wide(const float (&score)[k
   const int lc = lg - 5;  // log2(registers per group)
   const int c = 1 << lc;
   unsigned t1[kPerLane], t2[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
-    t2[i] = 0u;
-  }
+  init_top2<kPerLane>(score, valid, t1, t2);
 #pragma unroll
   for (int st = 1; st < kPerLane; st *= 2) {
     if (st < c) {
@@ -158,11 +165,7 @@ __device__ __forceinline__ std::uint32_t kept_groups_narrow(const float (&score)
                                                             int lane) {
   const int pg = 1 << lg;
   unsigned t1[kPerLane], t2[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    t1[i] = ((valid >> i) & 1u) ? rank_key(score[i]) : 0u;
-    t2[i] = 0u;
-  }
+  init_top2<kPerLane>(score, valid, t1, t2);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
     if (off < pg) {

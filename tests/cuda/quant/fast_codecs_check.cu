@@ -33,7 +33,27 @@ __global__ void check_all_kernel(std::uint64_t begin, std::uint64_t count, int w
       x[j] = __uint_as_float(u[j]);
     }
     std::uint32_t got[4], want[4];
-    if (which == 0) {
+    if (which == 2) {
+      // MX block scales: byte and multiplier bits, both rules, E2M1 and E4M3 element maxima,
+      // packed into one comparison per input.
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        got[j] = 0;
+        want[j] = 0;
+        for (int r = 0; r < 2; ++r) {
+          const MxRule rule = r == 0 ? MxRule::kRceil : MxRule::kFloor;
+          std::uint8_t bg4, bw4, bg8, bw8;
+          const float g4 = cuda::quant_detail::mx_block_scale_fast<2>(x[j], rule, &bg4);
+          const float w4 = mxfp4_block_scale(x[j], rule, &bw4);
+          const float g8 = cuda::quant_detail::mx_block_scale_fast<8>(x[j], rule, &bg8);
+          const float w8 = mxfp8_block_scale(x[j], rule, &bw8);
+          got[j] |= (bg4 != bw4 || __float_as_uint(g4) != __float_as_uint(w4) || bg8 != bw8 ||
+                     __float_as_uint(g8) != __float_as_uint(w8))
+                        ? 1u
+                        : 0u;
+        }
+      }
+    } else if (which == 0) {
       const std::uint32_t w = e4m3x4(x[0], x[1], x[2], x[3]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -75,8 +95,8 @@ FastCodecCheck check_fast_codec_all_inputs(FastCodec codec) {
   const std::uint64_t total = std::uint64_t{1} << 32;
   // Four launches of 2^30 patterns (each one well under a second on an H100-class GPU).
   for (std::uint64_t b = 0; b < total; b += std::uint64_t{1} << 30) {
-    check_all_kernel<<<132 * 8, 256>>>(b, std::uint64_t{1} << 30, codec == FastCodec::kE4M3 ? 0 : 1,
-                                       bad, first, checked);
+    const int which = codec == FastCodec::kE4M3 ? 0 : codec == FastCodec::kE2M1 ? 1 : 2;
+    check_all_kernel<<<132 * 8, 256>>>(b, std::uint64_t{1} << 30, which, bad, first, checked);
   }
   r.launched = cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
   unsigned long long nbad = 0, nchecked = 0;

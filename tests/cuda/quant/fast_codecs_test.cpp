@@ -33,5 +33,10 @@ TEST(FastCodecs, E2M1ThroughE4M3TableEqualsReferenceForAllFloats) {
   expect_exact(FastCodec::kE2M1, "e2m1_code");
 }
 
+TEST(FastCodecs, BranchFreeMxBlockScalesEqualReferenceForAllFloats) {
+  MOEKIT_REQUIRE_GPU();
+  expect_exact(FastCodec::kMxScale, "mx_block_scale_fast");
+}
+
 }  // namespace
 }  // namespace moekit::cuda_test
