@@ -95,19 +95,28 @@ std::string GroupedGemmExperts::name() const {
   return is_fp8(type_) ? "cuda_fp8_block_grouped" : "cuda_bf16_grouped";
 }
 
-Support GroupedGemmExperts::supports(const MoeProblem& p) const {
-  const bool fp8 = is_fp8(type_);
-  if (!gemm::grouped_gemm_available(type_))
-    return Support::no("built without the CUTLASS headers");
+namespace detail {
+
+Support sm90_device_support() {
   try {
     if (device_runtime::device_count() == 0) return Support::no("no CUDA device");
     const auto info = device_runtime::device_info(0);
     if (info.sm_major != 9)
-      return Support::no("needs SM90 (wgmma/TMA), device is sm_" +
+      return Support::no("needs SM90, device is sm_" +
                          std::to_string(info.sm_major * 10 + info.sm_minor));
   } catch (const std::exception& e) {
     return Support::no(std::string("device query failed: ") + e.what());
   }
+  return Support::yes();
+}
+
+}  // namespace detail
+
+Support GroupedGemmExperts::supports(const MoeProblem& p) const {
+  const bool fp8 = is_fp8(type_);
+  if (!gemm::grouped_gemm_available(type_))
+    return Support::no("built without the CUTLASS headers");
+  if (Support s = detail::sm90_device_support(); !s) return s;
   const auto want_w = fp8 ? QuantScheme::kFP8Block128x128 : QuantScheme::kBF16;
   const auto want_a = fp8 ? QuantScheme::kFP8Block1x128 : QuantScheme::kBF16;
   if (p.weight_quant.scheme != want_w)

@@ -46,6 +46,10 @@ class GroupedGemmExperts : public ModularExperts {
 
 namespace detail {
 
+// Support::yes() when device 0 is an SM90 GPU; otherwise why not ("no CUDA device", the other
+// architecture, or the device query's error). Shared by the SM90 experts' supports().
+Support sm90_device_support();
+
 // Largest expert count the permute kernel's shared-memory tables hold.
 constexpr int kMaxPermuteExperts = 512;
 

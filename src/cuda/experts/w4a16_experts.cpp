@@ -62,15 +62,7 @@ class W4A16Experts : public ModularExperts {
 
   Support supports(const MoeProblem& p) const override {
     if (!gemm::w4a16_available()) return Support::no("built without CUDA");
-    try {
-      if (device_runtime::device_count() == 0) return Support::no("no CUDA device");
-      const auto info = device_runtime::device_info(0);
-      if (info.sm_major != 9)
-        return Support::no("needs SM90, device is sm_" +
-                           std::to_string(info.sm_major * 10 + info.sm_minor));
-    } catch (const std::exception& e) {
-      return Support::no(std::string("device query failed: ") + e.what());
-    }
+    if (Support s = detail::sm90_device_support(); !s) return s;
     const QuantScheme w = p.weight_quant.scheme;
     if (w != QuantScheme::kNVFP4 && w != QuantScheme::kMXFP4)
       return Support::no("weight quant must be nvfp4 or mxfp4, got " +
