@@ -380,9 +380,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
       return 1;
     }
+    const char* fp4_kernel = std::getenv("MOEKIT_QUANT_FP4_KERNEL");
     std::fprintf(f, "{\n  \"tool\": \"moekit_kernel_bench\",\n  \"date\": \"%s\",\n  \"gpu\": \"%s\",\n"
-                 "  \"sms\": %d,\n  \"copy_gb_per_s\": %.1f,\n  \"results\": [\n%s\n  ]\n}\n",
-                 date, prop.name, prop.multiProcessorCount, copy_gbs, json_rows.c_str());
+                 "  \"sms\": %d,\n  \"fp4_quantize_kernel\": \"%s\",\n  \"copy_gb_per_s\": %.1f,\n"
+                 "  \"results\": [\n%s\n  ]\n}\n",
+                 date, prop.name, prop.multiProcessorCount, fp4_kernel ? fp4_kernel : "rows", copy_gbs,
+                 json_rows.c_str());
     std::fclose(f);
     std::printf("\nwrote %s\n", out_path.c_str());
   }

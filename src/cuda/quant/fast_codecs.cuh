@@ -10,6 +10,7 @@
 //    (see kE2m1OfE4m3): ~5 instructions per element instead of ~20.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,6 +34,12 @@ __device__ __forceinline__ std::uint32_t e4m3x4(float a, float b, float c, float
   // A NaN byte (0x7F or 0xFF; satfinite never produces them from numbers) becomes 0x7F.
   const std::uint32_t nan = __vcmpeq4(w & 0x7F7F7F7Fu, 0x7F7F7F7Fu);
   return w & ~(nan & 0x80808080u);
+}
+
+// One fp32 value -> its e4m3 byte, bit-identical to float_to_e4m3 (one cvt; NaN -> 0x7F).
+__device__ __forceinline__ std::uint32_t e4m3_byte(float x) {
+  const std::uint32_t b = e4m3x4_raw(x, 0.0f, 0.0f, 0.0f) & 0xFFu;
+  return (b & 0x7Fu) == 0x7Fu ? 0x7Fu : b;
 }
 
 // e2m1 through the e4m3 conversion: round-to-odd to e4m3's precision, convert exactly, look up.
@@ -122,16 +129,26 @@ __device__ __forceinline__ float mx_block_scale_fast(float vmax, MxRule rule, st
   return vmax != 0.0f ? __uint_as_float(bits) : 0.0f;
 }
 
+// e4m3 byte -> fp32 through the SM89+ e4m3x2 -> f16x2 conversion (exact: every e4m3 value is an
+// f16 value) and f16 -> f32 (exact): e4m3_to_float for every number; a NaN byte (0x7F / 0xFF)
+// gives some NaN (the codec's payload is not kept: nvfp4_block_scale_fast only divides by it,
+// and every NaN becomes FLT_MAX there).
+__device__ __forceinline__ float e4m3_to_float_fast(std::uint8_t b) {
+  std::uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(b)));
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xFFFFu)));
+}
+
 // NVFP4 block scale (codecs.hpp nvfp4_block_scale) with the per-tensor (or per-row) invariants
 // gs_c6 = RN(gs * RN(1/6)) and inv_gs = RN(1 / gs) computed once by the caller: the same operations
 // with the same roundings, so the same bits.
 __device__ __forceinline__ float nvfp4_block_scale_fast(float vmax, float gs_c6, float inv_gs,
                                                         std::uint8_t* sf_byte) {
   const float sf = vmax != 0.0f ? __fmul_rn(vmax, gs_c6) : 0.0f;
-  const std::uint8_t b = static_cast<std::uint8_t>(e4m3x4(sf, 0.0f, 0.0f, 0.0f) & 0xFFu);
+  const std::uint8_t b = static_cast<std::uint8_t>(e4m3_byte(sf));
   *sf_byte = b;
   if (vmax == 0.0f) return 0.0f;
-  const float denom = __fmul_rn(e4m3_to_float(b), inv_gs);
+  const float denom = __fmul_rn(e4m3_to_float_fast(b), inv_gs);
   const float out_scale = __fdiv_rn(1.0f, denom);
   return out_scale < kFltMax ? out_scale : kFltMax;
 }

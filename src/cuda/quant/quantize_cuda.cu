@@ -5,10 +5,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/quant/quantize_cuda.hpp"
 #include "cuda/quant/quantize_dispatch.cuh"
+#include "cuda/quant/quantize_fp4_rows.cuh"
 #include "cuda/quant/quantize_launch.cuh"
 #include "moekit/core/error.hpp"
 
@@ -36,7 +40,113 @@ void launch_rows(const QuantArgs& a, float* row_scale_out, cudaStream_t stream) 
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
+using quant_detail::Fp4RowsGroups;
+
+int multiprocessors() {
+  int dev = 0, sms = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(sms, 1);
+}
+
+// The FP4 row-group kernel (quantize_fp4_rows.cuh): persistent, one CTA per SM (fewer when there
+// are fewer row groups).
+template <Kind kKind, bool kPerToken, typename T>
+void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
+  const std::int64_t rows = a.batch * a.rows;
+  if (rows == 0) return;
+  using Cfg = Fp4RowsGroups;
+  const auto kernel = quant_detail::quantize_fp4_rows_kernel<Cfg, T, kKind, kPerToken>;
+  MOEKIT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const std::int64_t groups = (rows + Cfg::kGroups - 1) / Cfg::kGroups;
+  const auto grid = static_cast<unsigned int>(
+      std::min<std::int64_t>(groups, static_cast<std::int64_t>(sms) * Cfg::kMinBlocks));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, row_scale_out);
+  MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+// The process-wide FP4 kernel choice, first read from MOEKIT_QUANT_FP4_KERNEL (auto | rows |
+// chunks; benchmarks compare the kernels in one run with it), settable by tests.
+std::atomic<int>& fp4_kernel_choice() {
+  static std::atomic<int> choice{[] {
+    const char* v = std::getenv("MOEKIT_QUANT_FP4_KERNEL");
+    if (v == nullptr || std::strcmp(v, "auto") == 0) return static_cast<int>(Fp4QuantizeKernel::kAuto);
+    if (std::strcmp(v, "rows") == 0) return static_cast<int>(Fp4QuantizeKernel::kRows);
+    MOEKIT_CHECK(std::strcmp(v, "chunks") == 0,
+                 "MOEKIT_QUANT_FP4_KERNEL: expected auto, rows or chunks, got '", v, "'");
+    return static_cast<int>(Fp4QuantizeKernel::kChunks);
+  }()};
+  return choice;
+}
+
+// kAuto: the row-group kernel where it was measured faster than the chunk / row kernels (H200,
+// bf16 [M, 7168], bench/results/kernels_20261201_quant_fp4_rows.json): per-token NVFP4 from two
+// rows per row group (M = 1024: 13.0 vs 12.8 us, 4096: 34.1 vs 39.3, 16384: 115 vs 144), the
+// per-tensor and MX schemes from 16 (M = 8192: 61.1 vs 60.6 us, a tie; 16384: 111 vs 116 and
+// 104 vs 110; below, the chunk kernel is faster: M = 4096 34.5 vs 32.9). Fewer rows leave the
+// persistent CTAs with too little work to pay for their table and tail.
+bool use_fp4_rows_kernel(QuantScheme scheme, std::int64_t rows, int sms) {
+  switch (static_cast<Fp4QuantizeKernel>(fp4_kernel_choice().load())) {
+    case Fp4QuantizeKernel::kRows: return true;
+    case Fp4QuantizeKernel::kChunks: return false;
+    case Fp4QuantizeKernel::kAuto: break;
+  }
+  const std::int64_t per_group = rows / (static_cast<std::int64_t>(sms) * Fp4RowsGroups::kGroups);
+  return per_group >= (scheme == QuantScheme::kNVFP4PerToken ? 2 : 16);
+}
+
+// NVFP4 (static or computed per-tensor gs, or per-token), MXFP4 of a 2-byte input with 16-byte
+// aligned rows of K <= 8192 go to the FP4 row-group kernel; false for everything else.
+template <typename T, bool kVec>
+bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>& load,
+                       const QuantizedView& out, const void* static_scale, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2 || !kVec) {
+    return false;
+  } else {
+    // 8-byte code stores: the values buffer must be 8-byte aligned (an allocation is).
+    if (!quant_detail::fp4_rows_kernel_fits(a.k) ||
+        reinterpret_cast<std::uintptr_t>(out.values.data) % 8 != 0)
+      return false;
+    if (scheme != QuantScheme::kMXFP4 && scheme != QuantScheme::kNVFP4 &&
+        scheme != QuantScheme::kNVFP4PerToken)
+      return false;
+    const int sms = multiprocessors();
+    if (!use_fp4_rows_kernel(scheme, a.batch * a.rows, sms)) return false;
+    switch (scheme) {
+      case QuantScheme::kMXFP4:
+        quant_detail::launch_zero_padding(a, stream);
+        launch_fp4_rows<Kind::kMxfp4, false, T>(a, nullptr, sms, stream);
+        return true;
+      case QuantScheme::kNVFP4: {
+        auto* gs = static_cast<float*>(out.global_scale.data);
+        if (static_scale) {
+          MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
+                                            cudaMemcpyDeviceToDevice, stream));
+        } else {
+          quant_detail::launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
+        }
+        a.scale_in = gs;
+        quant_detail::launch_zero_padding(a, stream);
+        launch_fp4_rows<Kind::kNvfp4, false, T>(a, nullptr, sms, stream);
+        return true;
+      }
+      case QuantScheme::kNVFP4PerToken:
+        quant_detail::launch_zero_padding(a, stream);
+        launch_fp4_rows<Kind::kNvfp4, true, T>(a, static_cast<float*>(out.global_scale.data), sms,
+                                               stream);
+        return true;
+      default:
+        return false;
+    }
+  }
+}
+
 }  // namespace
+
+void set_fp4_quantize_kernel(Fp4QuantizeKernel kernel) {
+  fp4_kernel_choice().store(static_cast<int>(kernel));
+}
 
 void quantize(const TensorView& x, const QuantConfig& config, const QuantizedView& out,
               const TensorView& static_scale, StreamHandle stream_handle) {
@@ -51,6 +161,7 @@ void quantize(const TensorView& x, const QuantConfig& config, const QuantizedVie
     using T = typename decltype(tag)::type;
     constexpr bool kVec = decltype(vec_tag)::value;
     const RowLoader<T, kVec> load{static_cast<const T*>(x.data), a.k};
+    if (quantize_fp4_rows(a, config.scheme, load, out, fixed, stream)) return;
     if (quant_detail::quantize_chunked(a, config.scheme, load, out, fixed, stream)) return;
     switch (config.scheme) {
       case QuantScheme::kFP8PerToken:

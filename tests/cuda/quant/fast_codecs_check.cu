@@ -53,6 +53,23 @@ __global__ void check_all_kernel(std::uint64_t begin, std::uint64_t count, int w
                         : 0u;
         }
       }
+    } else if (which == 3) {
+      // NVFP4 block scale with the fast e4m3 decode against the normative one, every vmax, for
+      // global scales from tiny to huge (incl. 1 and a calibrated-looking 2688 / amax).
+      const float kGs[] = {1.0f, 368.2191162f, 0.37f, 1.0e-3f, 3.1e4f, 2.688e33f, 7.9e-39f};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        got[j] = 0;
+        want[j] = 0;
+        for (float gs : kGs) {
+          const float gs_c6 = __fmul_rn(gs, kRcp6);
+          const float inv_gs = __fdiv_rn(1.0f, gs);
+          std::uint8_t bg, bw;
+          const float g = cuda::quant_detail::nvfp4_block_scale_fast(x[j], gs_c6, inv_gs, &bg);
+          const float w = nvfp4_block_scale(x[j], gs, &bw);
+          got[j] |= (bg != bw || __float_as_uint(g) != __float_as_uint(w)) ? 1u : 0u;
+        }
+      }
     } else if (which == 0) {
       const std::uint32_t w = e4m3x4(x[0], x[1], x[2], x[3]);
 #pragma unroll
@@ -95,7 +112,10 @@ FastCodecCheck check_fast_codec_all_inputs(FastCodec codec) {
   const std::uint64_t total = std::uint64_t{1} << 32;
   // Four launches of 2^30 patterns (each one well under a second on an H100-class GPU).
   for (std::uint64_t b = 0; b < total; b += std::uint64_t{1} << 30) {
-    const int which = codec == FastCodec::kE4M3 ? 0 : codec == FastCodec::kE2M1 ? 1 : 2;
+    const int which = codec == FastCodec::kE4M3      ? 0
+                      : codec == FastCodec::kE2M1    ? 1
+                      : codec == FastCodec::kMxScale ? 2
+                                                     : 3;
     check_all_kernel<<<132 * 8, 256>>>(b, std::uint64_t{1} << 30, which, bad, first, checked);
   }
   r.launched = cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;

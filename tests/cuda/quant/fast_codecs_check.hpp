@@ -5,7 +5,7 @@
 
 namespace moekit::cuda_test {
 
-enum class FastCodec { kE4M3, kE2M1, kMxScale };
+enum class FastCodec { kE4M3, kE2M1, kMxScale, kNvfp4Scale };
 
 struct FastCodecCheck {
   bool launched = false;

@@ -1,5 +1,5 @@
 // The quantize kernels' fast element conversions (src/cuda/quant/fast_codecs.cuh: hardware e4m3
-// cvt; e2m1 as round-to-odd + the e4m3 cvt + a table) equal the normative codecs for EVERY fp32 input (all 2^32 patterns,
+// cvt; e2m1 as round-to-odd + the e4m3 cvt + a table; block scales, NVFP4's with the e4m3 -> f16 decode) equal the normative codecs for EVERY fp32 input (all 2^32 patterns,
 // on the device), so the kernels built on them are byte-identical to the CPU reference by proof,
 // not by sampling.
 #include <gtest/gtest.h>
@@ -36,6 +36,11 @@ TEST(FastCodecs, E2M1ThroughE4M3TableEqualsReferenceForAllFloats) {
 TEST(FastCodecs, BranchFreeMxBlockScalesEqualReferenceForAllFloats) {
   MOEKIT_REQUIRE_GPU();
   expect_exact(FastCodec::kMxScale, "mx_block_scale_fast");
+}
+
+TEST(FastCodecs, Nvfp4BlockScaleWithFastDecodeEqualsReferenceForAllFloats) {
+  MOEKIT_REQUIRE_GPU();
+  expect_exact(FastCodec::kNvfp4Scale, "nvfp4_block_scale_fast");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/quant/device_test_util.hpp"
+#include "cuda/quant/quantize_cuda.hpp"
 #include "moekit/quant/codecs.hpp"
 #include "moekit/quant/quantize.hpp"
 
@@ -78,6 +79,26 @@ DeviceQuant alloc_device(const Shape& x_shape, const QuantConfig& c) {
   return d;
 }
 
+// The FP4 schemes of a 2-byte input have two kernels (cuda::Fp4QuantizeKernel): check_case runs
+// both, forced, whatever size it is given. Restores the size-based choice on exit.
+struct Fp4KernelScope {
+  explicit Fp4KernelScope(cuda::Fp4QuantizeKernel k) { cuda::set_fp4_quantize_kernel(k); }
+  ~Fp4KernelScope() { cuda::set_fp4_quantize_kernel(cuda::Fp4QuantizeKernel::kAuto); }
+};
+
+std::vector<cuda::Fp4QuantizeKernel> kernels_for(const QuantConfig& c, DType dtype) {
+  const bool fp4 = c.scheme == QuantScheme::kNVFP4 || c.scheme == QuantScheme::kNVFP4PerToken ||
+                   c.scheme == QuantScheme::kMXFP4;
+  if (fp4 && (dtype == DType::kBF16 || dtype == DType::kF16))
+    return {cuda::Fp4QuantizeKernel::kRows, cuda::Fp4QuantizeKernel::kChunks};
+  return {cuda::Fp4QuantizeKernel::kAuto};
+}
+
+const char* kernel_name(cuda::Fp4QuantizeKernel k) {
+  return k == cuda::Fp4QuantizeKernel::kRows ? " fp4-rows-kernel"
+         : k == cuda::Fp4QuantizeKernel::kChunks ? " fp4-chunk-kernel" : "";
+}
+
 void check_case(const QuantConfig& c, DType dtype, const Shape& shape, bool with_static,
                 std::mt19937_64& rng) {
   SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dtype)) + shape.str() +
@@ -94,18 +115,22 @@ void check_case(const QuantConfig& c, DType dtype, const Shape& shape, bool with
   const QuantizedTensor ref = quantize(x, c, with_static ? static_h.view() : TensorView{});
   const Tensor x_d = to_device(x);
   const DeviceQuant q = alloc_device(shape, c);
-  for (int byte : {0xA5, 0x5A}) {
-    poison(q.values, byte);
-    poison(q.scales, byte);
-    poison(q.global_scale, byte);
-    quantize(x_d, c, q.view(c), QuantBackend::kCuda, with_static ? static_d.view() : TensorView{});
-    cuda_test::sync();
-    EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
-    if (ref.scales.defined()) {
-      EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
-    }
-    if (ref.global_scale.defined()) {
-      EXPECT_TRUE(bytes_equal(ref.global_scale, q.global_scale, "global_scale"));
+  for (const cuda::Fp4QuantizeKernel kernel : kernels_for(c, dtype)) {
+    SCOPED_TRACE(kernel_name(kernel));
+    const Fp4KernelScope scope(kernel);
+    for (int byte : {0xA5, 0x5A}) {
+      poison(q.values, byte);
+      poison(q.scales, byte);
+      poison(q.global_scale, byte);
+      quantize(x_d, c, q.view(c), QuantBackend::kCuda, with_static ? static_d.view() : TensorView{});
+      cuda_test::sync();
+      EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
+      if (ref.scales.defined()) {
+        EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
+      }
+      if (ref.global_scale.defined()) {
+        EXPECT_TRUE(bytes_equal(ref.global_scale, q.global_scale, "global_scale"));
+      }
     }
   }
   // Dequantize the reference's codes on both backends.
@@ -134,6 +159,12 @@ std::vector<Shape> shapes_for(QuantScheme s) {
     for (std::int64_t k : ks) out.push_back(Shape{m, k});
   out.push_back(Shape{2, 65, ks[1]});
   out.push_back(Shape{129, 7168});
+  // The FP4 row-group kernel's limits (quantize_fp4_rows.cuh): K = 8192 is its largest row (512
+  // units), K = 8704 falls back to the chunk / row kernels; 1100 rows make its persistent CTAs
+  // take several rows each.
+  out.push_back(Shape{37, 8192});
+  out.push_back(Shape{3, 8704});
+  out.push_back(Shape{1100, 2048});
   return out;
 }
 
@@ -198,6 +229,23 @@ TEST(QuantizeCudaLarge, ComputedGlobalScaleIsDeterministic) {
   check_case(QuantConfig{QuantScheme::kFP8PerTensor}, DType::kBF16, Shape{1000, 7168}, false, rng);
 }
 
+// Many short rows: every row group of the FP4 row-group kernel (quantize_fp4_rows.cuh) streams
+// several rows through each of its shared-memory row buffers (refills, barrier phases), with
+// every FP4 scheme; small enough for compute-sanitizer (memcheck, racecheck, synccheck).
+TEST(QuantizeCudaFp4Rows, StreamsManyRowsPerGroup) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = cuda_test::test_seed();
+  MOEKIT_LOG_SEED(seed);
+  std::mt19937_64 rng(seed + 5);
+  // check_case runs both FP4 kernels (forced) on every shape.
+  for (const QuantConfig& c : {QuantConfig{QuantScheme::kNVFP4, ScaleLayout::kSwizzled128x4},
+                               QuantConfig{QuantScheme::kNVFP4PerToken, ScaleLayout::kLinear},
+                               QuantConfig{QuantScheme::kMXFP4, ScaleLayout::kSwizzled128x4}}) {
+    check_case(c, DType::kBF16, Shape{2200, 256}, c.scheme == QuantScheme::kNVFP4, rng);
+    check_case(c, DType::kF16, Shape{3, 1500, 64}, false, rng);
+  }
+}
+
 // Quantizes host x / device x_d with config c on both backends (gs: NVFP4's static global scale)
 // and compares the codes and scale bytes (the device outputs poisoned first).
 void expect_codes_match(const Tensor& x, const Tensor& x_d, const Tensor& gs, const Tensor& gs_d,
@@ -205,13 +253,17 @@ void expect_codes_match(const Tensor& x, const Tensor& x_d, const Tensor& gs, co
   const bool nv = c.scheme == QuantScheme::kNVFP4;
   const QuantizedTensor ref = quantize(x, c, nv ? gs.view() : TensorView{});
   const DeviceQuant q = alloc_device(x.shape(), c);
-  poison(q.values, 0xA5);
-  poison(q.scales, 0xA5);
-  poison(q.global_scale, 0xA5);
-  quantize(x_d, c, q.view(c), QuantBackend::kCuda, nv ? gs_d.view() : TensorView{});
-  cuda_test::sync();
-  EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
-  EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
+  for (const cuda::Fp4QuantizeKernel kernel : kernels_for(c, x.dtype())) {
+    SCOPED_TRACE(kernel_name(kernel));
+    const Fp4KernelScope scope(kernel);
+    poison(q.values, 0xA5);
+    poison(q.scales, 0xA5);
+    poison(q.global_scale, 0xA5);
+    quantize(x_d, c, q.view(c), QuantBackend::kCuda, nv ? gs_d.view() : TensorView{});
+    cuda_test::sync();
+    EXPECT_TRUE(bytes_equal(ref.values, q.values, "values"));
+    EXPECT_TRUE(bytes_equal(ref.scales, q.scales, "scales"));
+  }
 }
 
 // Inf and saturation inputs with a static scale (no NaN: outside the bit-exact contract).
@@ -242,13 +294,19 @@ TEST(QuantizeCudaSpecials, NanElementsEncodeLikeReference) {
   std::mt19937_64 rng(seed + 3);
   std::uniform_int_distribution<int> pick(0, 15);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     Tensor x(dtype, Shape{5, 256});
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const int p = pick(rng);
-      const float v = p == 0 ? nan : p == 1 ? -nan : cuda_test::spread_value(rng);
-      if (dtype == DType::kF32) x.ptr<float>()[i] = v;
-      else x.ptr<std::uint16_t>()[i] = float_to_bf16(v);
+      float v = p == 0 ? nan : p == 1 ? -nan : cuda_test::spread_value(rng);
+      if (dtype == DType::kF32) {
+        x.ptr<float>()[i] = v;
+      } else if (dtype == DType::kBF16) {
+        x.ptr<std::uint16_t>()[i] = float_to_bf16(v);
+      } else {
+        if (std::fabs(v) > 60000.0f) v = std::copysign(60000.0f, v);  // keep f16 finite
+        x.ptr<std::uint16_t>()[i] = float_to_f16(v);
+      }
     }
     Tensor gs(DType::kF32, Shape{1});
     gs.ptr<float>()[0] = 2.0f;

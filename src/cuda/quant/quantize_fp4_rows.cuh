@@ -1,0 +1,336 @@
+// The FP4 quantize kernel for 2-byte inputs (bf16 / f16), NVFP4 (per-matrix gs, or per-token gs
+// computed from the row) and MXFP4: the same bytes as the chunk / row kernels of
+// quantize_kernels.cuh (and so the CPU reference), with fewer instructions per byte.
+//
+// Why a second FP4 kernel: the chunk kernel is issue-bound on FP4 (ncu: ~400 instructions per
+// 16-element unit) and its per-token variant needs two CTA barriers per row. Here:
+//  * a thread owns whole 16-element units (one NVFP4 block: its scale once, no shuffle);
+//  * a group of 128 threads (4 warps) owns a row, each thread up to 4 units of it (K <= 8192);
+//    per-row work (the scale-byte row offset, the gs invariants, the per-token amax) is paid once
+//    per row, and the per-token amax needs one named barrier of the group;
+//  * rows arrive in shared memory through the copy engine (one bulk copy per row, two row buffers
+//    per group), so the next rows are in flight while one is encoded, at no register cost;
+//  * e2m1 codes come two at a time from a 64 KB shared-memory table indexed by the two e4m3 bytes
+//    of an element pair (kE2m1OfE4m3 applied to both bytes, packed as the output byte): one LDS per
+//    two elements and no per-element shifts, against one LDS + extract + shift + or per element
+//    (~150 instead of ~250 SASS instructions per unit);
+//  * the CTAs are persistent (one per SM), so the table is built once per SM.
+// The element math (scale multiply, round-to-odd, e4m3 conversion, table) and the block scales
+// are the exhaustively verified ones of fast_codecs.cuh. quantize_cuda.cu picks this kernel or the
+// chunk / row kernels by size (Fp4QuantizeKernel); both are tested byte for byte.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/quant/fast_codecs.cuh"
+#include "cuda/quant/quant_device.cuh"
+#include "cuda/quant/quantize_kernels.cuh"
+
+namespace moekit::cuda::quant_detail {
+
+// Units of a row: at most 512 (K <= 8192, a 16 KB row of bf16).
+constexpr int kFp4MaxUnits = 512;
+constexpr int kPairTableBytes = 65536;
+
+// Kernel configurations: kRowThreads threads own a row (each kFp4MaxUnits / kRowThreads units of
+// it), kGroups rows are encoded at once per CTA, each group streams its rows through kStages
+// shared-memory row buffers, kMinBlocks CTAs per SM.
+template <int kRowThreads_, int kGroups_, int kStages_, int kMinBlocks_>
+struct Fp4RowsConfig {
+  static constexpr int kRowThreads = kRowThreads_, kGroups = kGroups_, kStages = kStages_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kUnits = kFp4MaxUnits / kRowThreads;
+  static constexpr int kThreads = kGroups * kRowThreads;
+  static constexpr int kWarpsPerRow = kRowThreads / 32;
+  // Shared memory: the pair table, the row buffers, their barriers, the per-token warp maxima.
+  static constexpr int kRowBytes = kFp4MaxUnits * 32;
+  static constexpr int kRowsOffset = kPairTableBytes;
+  static constexpr int kBarsOffset = kRowsOffset + kGroups * kStages * kRowBytes;
+  static constexpr int kSlotsOffset = kBarsOffset + kGroups * kStages * 8;
+  static constexpr int kSmemBytes = kSlotsOffset + 2 * kGroups * kWarpsPerRow * 4;
+};
+// 4 groups of 128 threads x 2 row buffers, one CTA per SM (192 KB of shared memory): up to 8 rows
+// (~115 KB at K = 7168) in flight per SM. Measured against the alternatives (H200, bf16 [M, 7168],
+// docs/kernels/quant_routing.md): 6 groups with the row in registers (no staging) was within
+// +-3%; a whole CTA of 512 threads per row x 3 buffers x 2 CTAs per SM was 15-35% slower at
+// M >= 4096 (fewer rows in flight).
+using Fp4RowsGroups = Fp4RowsConfig<128, 4, 2, 1>;
+
+// Whether this kernel handles a row of K elements (K % 16 == 0: FP4 schemes guarantee it).
+__host__ __device__ constexpr bool fp4_rows_kernel_fits(std::int64_t k) {
+  return k > 0 && k % 16 == 0 && k / 16 <= kFp4MaxUnits;
+}
+
+// pairs[b0 | b1 << 8] = e2m1(b0) | e2m1(b1) << 4 for e4m3 bytes b0, b1 (kE2m1OfE4m3 of each):
+// the output byte of an element pair. Built from the 256-byte table `t1` in shared memory, four
+// entries (one 32-bit word) per step; all threads of the CTA; the caller synchronizes.
+__device__ __forceinline__ void build_e2m1_pair_table(std::uint8_t* pairs, const std::uint8_t* t1) {
+  auto* words = reinterpret_cast<std::uint32_t*>(pairs);
+  const auto* t1w = reinterpret_cast<const std::uint32_t*>(t1);
+  for (int i = static_cast<int>(threadIdx.x); i < kPairTableBytes / 4; i += static_cast<int>(blockDim.x)) {
+    // Entries 4i .. 4i + 3: b0 = 4i % 256 .. + 3 (one word of t1), b1 = 4i / 256 (one byte).
+    const std::uint32_t lo = t1w[i % 64];
+    const std::uint32_t hi = t1[i / 64];
+    words[i] = lo | (hi * 0x01010101u) << 4;
+  }
+}
+
+// Four e4m3 bytes (element 4j + i in byte i) -> their four e2m1 codes as two output bytes
+// (element pairs), in the low 16 bits.
+__device__ __forceinline__ std::uint32_t e2m1x4_from_e4m3(std::uint32_t w, const std::uint8_t* pairs) {
+  const std::uint32_t lo = pairs[w & 0xFFFFu];
+  const std::uint32_t hi = pairs[w >> 16];
+  return __byte_perm(lo, hi, 0x0040);
+}
+
+// 16 scaled fp32 values -> 16 e2m1 codes (8 bytes, element 2j in the low nibble of byte j).
+__device__ __forceinline__ uint2 e2m1x16(const float (&s)[16], const std::uint8_t* pairs) {
+  std::uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    w[q] = e4m3x4_raw(round_to_odd_m3(s[4 * q]), round_to_odd_m3(s[4 * q + 1]),
+                      round_to_odd_m3(s[4 * q + 2]), round_to_odd_m3(s[4 * q + 3]));
+  uint2 out;
+  out.x = __byte_perm(e2m1x4_from_e4m3(w[0], pairs), e2m1x4_from_e4m3(w[1], pairs), 0x5410);
+  out.y = __byte_perm(e2m1x4_from_e4m3(w[2], pairs), e2m1x4_from_e4m3(w[3], pairs), 0x5410);
+  return out;
+}
+
+// f16 bits -> fp32, the bits of codecs.hpp f16_to_float: the hardware conversion (exact for
+// numbers and infinities), with NaN rebuilt as the codec does (sign | Inf | payload << 13) so that
+// NaN inputs encode exactly like the reference.
+__device__ __forceinline__ float f16_bits_to_float(std::uint32_t h) {
+  const float f = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  return (h & 0x7C00u) == 0x7C00u
+             ? __uint_as_float(((h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13))
+             : f;
+}
+
+// The 16 elements of a unit (two 16-byte words of bf16 / f16) as fp32.
+template <typename T>
+__device__ __forceinline__ void unpack_unit(const uint4 (&raw)[2], float (&v)[16]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const std::uint32_t w[4] = {raw[h].x, raw[h].y, raw[h].z, raw[h].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (InputTraits<T>::kDType == DType::kBF16) {
+        v[8 * h + 2 * i] = __uint_as_float(w[i] << 16);
+        v[8 * h + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+      } else {
+        v[8 * h + 2 * i] = f16_bits_to_float(w[i] & 0xFFFFu);
+        v[8 * h + 2 * i + 1] = f16_bits_to_float(w[i] >> 16);
+      }
+    }
+  }
+}
+
+// max |x| over a unit's 16 elements, ignoring NaN, from +0 (absmax_accumulate's value): on the
+// packed 2-byte values (max.bf16x2 / max.f16x2 return the non-NaN operand, and a max of exact
+// values is exact), then widened (exact).
+template <typename T>
+__device__ __forceinline__ float unit_absmax(const uint4 (&raw)[2]) {
+  std::uint32_t m = 0u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const std::uint32_t w[4] = {raw[h].x, raw[h].y, raw[h].z, raw[h].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::uint32_t a = w[i] & 0x7FFF7FFFu;  // |x|, both halves
+      if constexpr (InputTraits<T>::kDType == DType::kBF16) {
+        asm("max.bf16x2 %0, %0, %1;" : "+r"(m) : "r"(a));
+      } else {
+        asm("max.f16x2 %0, %0, %1;" : "+r"(m) : "r"(a));
+      }
+    }
+  }
+  if constexpr (InputTraits<T>::kDType == DType::kBF16) {
+    return fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xFFFF0000u));
+  } else {
+    return fmaxf(f16_bits_to_float(m & 0xFFFFu), f16_bits_to_float(m >> 16));
+  }
+}
+
+// ---- bulk-copy staging (the SM90 copy engine) ----
+__device__ __forceinline__ std::uint32_t shared_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(count) : "memory");
+}
+// Arms `bar` for `bytes` of copy-engine traffic and copies [src, src + bytes) to dst (shared).
+// bytes % 16 == 0, src and dst 16-byte aligned.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, std::uint32_t bytes,
+                                                    std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          shared_addr(dst)),
+      "l"(src), "r"(bytes), "r"(shared_addr(bar))
+      : "memory");
+}
+// Waits until the phase of `bar` with this parity has completed (its copy has landed).
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}" ::"r"(
+          shared_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// One CTA per SM; row group g of CTA b takes rows g + groups * (b + gridDim.x * i) of the flattened
+// [B*M, K] input; thread t of a group takes units t, t + 128, ... of its row. Each group streams
+// its rows through kFp4Stages shared-memory buffers filled by the copy engine (one bulk copy per
+// row, issued by the group's first thread once the group is done with the buffer), so the next
+// rows are in flight while this one is encoded, at no register cost.
+//   kKind = kNvfp4, !kPerToken: gs = a.scale_in per matrix (or per row, a.scale_per_row);
+//   kKind = kNvfp4,  kPerToken: gs = nvfp4_global_scale(row amax), written to row_scale_out[row];
+//   kKind = kMxfp4: e8m0 block scales under a.rule (a block of 32 is two units in adjacent lanes).
+// Requires fp4_rows_kernel_fits(a.k), a 16-byte aligned input (K % 8 == 0) and 8-byte aligned codes.
+template <typename Cfg, typename T, Kind kKind, bool kPerToken>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    quantize_fp4_rows_kernel(QuantArgs a, float* row_scale_out) {
+  static_assert(sizeof(T) == 2, "2-byte inputs only");
+  static_assert(is_fp4<kKind>(), "FP4 kinds only");
+  static_assert(!kPerToken || kKind == Kind::kNvfp4, "per-token scales are NVFP4's");
+  constexpr int kUnits = Cfg::kUnits;
+  constexpr int kRowThreads = Cfg::kRowThreads;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kScaleBlockUnits = scale_block<kKind>() / 16;  // 1 (NVFP4) or 2 (MXFP4)
+  extern __shared__ __align__(128) std::uint8_t fp4_smem[];
+  std::uint8_t* pairs = fp4_smem;
+  __shared__ __align__(4) std::uint8_t s_e2m1[256];
+
+  const int group = static_cast<int>(threadIdx.x) / kRowThreads;
+  const int gt = static_cast<int>(threadIdx.x) % kRowThreads;
+  const int warp_in_group = gt / 32;
+  const int units_per_row = static_cast<int>(a.k / 16);
+  const auto row_bytes = static_cast<std::uint32_t>(a.k * 2);
+  const std::int64_t total_rows = a.batch * a.rows;
+  constexpr int groups = Cfg::kGroups;
+  const std::int64_t row_step = static_cast<std::int64_t>(gridDim.x) * groups;
+  const std::int64_t first_row = static_cast<std::int64_t>(blockIdx.x) * groups + group;
+  std::uint8_t* stage_buf = fp4_smem + Cfg::kRowsOffset + group * kStages * Cfg::kRowBytes;
+  auto* bars = reinterpret_cast<std::uint64_t*>(fp4_smem + Cfg::kBarsOffset) + group * kStages;
+  float* group_max_slots = reinterpret_cast<float*>(fp4_smem + Cfg::kSlotsOffset);  // [2][groups][4]
+  const auto* x = static_cast<const std::uint8_t*>(a.x);
+
+  // The first kStages rows of each group go out before the table is built (they overlap it).
+  if (gt == 0) {
+    for (int st = 0; st < kStages; ++st) mbarrier_init(&bars[st], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int st = 0; st < kStages; ++st) {
+      const std::int64_t row = first_row + st * row_step;
+      if (row < total_rows)
+        bulk_copy_to_shared(stage_buf + st * Cfg::kRowBytes, x + row * row_bytes, row_bytes,
+                            &bars[st]);
+    }
+  }
+  load_e2m1_table(s_e2m1);
+  __syncthreads();
+  build_e2m1_pair_table(pairs, s_e2m1);
+  __syncthreads();
+
+  const std::int64_t sf_matrix =
+      scale_padded_rows(a.layout, a.rows) * scale_padded_cols(a.layout, a.kb);
+  const bool lead = kScaleBlockUnits == 1 || (gt % 2) == 0;
+  // Column parts of this thread's scale-byte offsets (the same for every row).
+  std::int64_t sf_col[kUnits];
+#pragma unroll
+  for (int j = 0; j < kUnits; ++j)
+    sf_col[j] = scale_col_offset(a.layout, (gt + kRowThreads * j) / kScaleBlockUnits);
+
+  float scale_seen = 0.0f;
+  ScaleParam sp;
+  bool have_sp = false;
+  int it = 0;
+  for (std::int64_t row = first_row; row < total_rows; row += row_step, ++it) {
+    const int st = it % kStages;
+    mbarrier_wait(&bars[st], static_cast<std::uint32_t>((it / kStages) & 1));
+    const std::uint8_t* buf = stage_buf + st * Cfg::kRowBytes;
+    uint4 raw[kUnits][2];
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) {
+      const int u = gt + kRowThreads * j;
+      if (u < units_per_row) {
+        const uint4* p = reinterpret_cast<const uint4*>(buf + 32 * u);
+        raw[j][0] = p[0];
+        raw[j][1] = p[1];
+      } else {
+        raw[j][0] = make_uint4(0u, 0u, 0u, 0u);
+        raw[j][1] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    // The buffer is free once every thread of the group holds its part (named barrier
+    // 1 + Cfg::kGroups + group, all four warps: a warp that only arrived could run a whole row
+    // ahead and mix two rows' arrivals in one barrier phase); then the group's first thread
+    // refills it with the row kStages iterations ahead.
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + Cfg::kGroups + group), "n"(kRowThreads) : "memory");
+    if (gt == 0) {
+      const std::int64_t next = row + kStages * row_step;
+      if (next < total_rows)
+        bulk_copy_to_shared(stage_buf + st * Cfg::kRowBytes, x + next * row_bytes,
+                            row_bytes, &bars[st]);
+    }
+    const std::int64_t b = a.batch == 1 ? 0 : row / a.rows;
+    const std::int64_t r = a.batch == 1 ? row : row % a.rows;
+    const std::int64_t sf_row = b * sf_matrix + scale_row_offset(a.layout, r, a.kb);
+
+    float unit_max[kUnits];
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) unit_max[j] = unit_absmax<T>(raw[j]);
+    if constexpr (kKind == Kind::kNvfp4) {
+      float s;
+      if constexpr (kPerToken) {
+        // Row amax: the group's four warp maxima through shared memory (double-buffered by row
+        // parity, so one named barrier per row orders the slot's reuse), then gs.
+        float m = unit_max[0];
+#pragma unroll
+        for (int j = 1; j < kUnits; ++j) m = fmaxf(m, unit_max[j]);
+        m = group_max<32>(m);
+        float* slots = group_max_slots + ((it & 1) * Cfg::kGroups + group) * Cfg::kWarpsPerRow;
+        if (gt % 32 == 0) slots[warp_in_group] = m;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "n"(kRowThreads) : "memory");
+        float rm = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Cfg::kWarpsPerRow; ++w) rm = absmax_accumulate(rm, slots[w]);
+        s = nvfp4_global_scale(rm);
+        if (gt == 0) row_scale_out[row] = s;
+      } else {
+        s = a.scale_in[a.scale_per_row ? row : b];
+      }
+      if (!have_sp || __float_as_uint(s) != __float_as_uint(scale_seen)) {
+        sp = make_scale_param<kKind>(s);
+        scale_seen = s;
+        have_sp = true;
+      }
+    }
+
+    auto* out_row = static_cast<std::uint8_t*>(a.values) + row * (a.k / 2);
+    auto* sf_out = static_cast<std::uint8_t*>(a.scales) + sf_row;
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) {
+      const int u = gt + kRowThreads * j;
+      if (kRowThreads * j >= units_per_row) break;  // uniform over the group
+      float gmax = unit_max[j];
+      // MXFP4 pairs are whole: units_per_row is even there (K % 32 == 0).
+      if constexpr (kScaleBlockUnits == 2) gmax = group_max<2>(gmax);
+      if (u >= units_per_row) continue;
+      std::uint8_t sf;
+      const float out_scale = fp4_block_scale<kKind>(a, gmax, sp, &sf);
+      float v[16];
+      unpack_unit<T>(raw[j], v);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(v[i], out_scale);
+      *reinterpret_cast<uint2*>(out_row + 8 * u) = e2m1x16(v, pairs);
+      if (lead) sf_out[sf_col[j]] = sf;
+    }
+  }
+}
+
+}  // namespace moekit::cuda::quant_detail
