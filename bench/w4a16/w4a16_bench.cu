@@ -4,7 +4,7 @@
 // replays over rotating routings (so the touched experts' weights come from
 // HBM), against the floor max(W / copy bandwidth, F / bf16 peak) with both
 // ceilings measured in the same run.
-// Usage: w4a16_bench <out.json> [quick | decode | mid]
+// Usage: w4a16_bench <out.json> [quick | decode | mid | prefill]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -144,8 +144,9 @@ int main(int argc, char** argv) {
   const std::vector<int> token_counts =
       quick ? std::vector<int>{1, 64}
       : mode == "decode" ? std::vector<int>{1, 8, 64}
-      : mode == "mid"    ? std::vector<int>{512}
-                         : std::vector<int>{1, 8, 64, 512, 4096};
+      : mode == "mid"     ? std::vector<int>{512}
+      : mode == "prefill" ? std::vector<int>{512, 4096}
+                          : std::vector<int>{1, 8, 64, 512, 4096};
   FILE* js = std::fopen(out_path, "w");
   std::fprintf(js,
                "{\n \"device\": \"%s\", \"copy_bw_Bps\": %.4e, "
@@ -242,7 +243,9 @@ int main(int argc, char** argv) {
                                      {W4Tile::kDecode16, 0, false},
                                      {W4Tile::kMid32, 0, false}});
         else
-          tiles.insert(tiles.end(), {{W4Tile::kMid32, 0, false}, {W4Tile::kLarge, 0, false}});
+          tiles.insert(tiles.end(), {{W4Tile::kMid32, 0, false},
+                                     {W4Tile::kLarge, 0, false},
+                                     {W4Tile::kWgmma, 0, false}});
         if (m == 512) tiles.push_back({W4Tile::kDecode16, 0, false});  // 16 rows/expert (v5)
         for (const auto& [tile, k_split, pdl] : tiles) {
           auto layer = [&](const Routing& s) {

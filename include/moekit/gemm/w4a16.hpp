@@ -32,11 +32,12 @@ enum class W4Format : std::uint8_t { kNVFP4, kMXFP4 };
 enum class W4Epilogue : std::uint8_t { kNone, kSiluAndMul, kSwigluOai };
 // Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8 or 64x8 (by the work
 // available), decode16 16x16 or 64x16 (likewise; both warp-independent streaming), mid32 128x32,
-// large 128x64. kAuto picks from m and num_experts (never decode16).
-enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge };
+// large 128x64 (mma.sync), wgmma 128x128 or 128x256 (warpgroup MMA, sm_90a; needs w_scales
+// 16-byte aligned; forced only). kAuto picks from m and num_experts (never decode16 or wgmma).
+enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge, kWgmma };
 
 std::string w4_format_name(W4Format f);  // "nvfp4", "mxfp4"
-std::string w4_tile_name(W4Tile t);      // "auto", "decode8", "decode16", "mid32", "large"
+std::string w4_tile_name(W4Tile t);      // auto, decode8, decode16, mid32, large, wgmma
 int w4_scale_block(W4Format f);          // 16 (NVFP4), 32 (MXFP4)
 bool w4a16_available();                  // true when the SM90 kernels were compiled in
 

@@ -14,6 +14,7 @@
 #include "moekit/gemm/w4a16.hpp"
 #include "sm90_w4a16_decode_gemm.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
+#include "sm90_w4a16_wgmma_gemm.cuh"
 
 namespace moekit::gemm {
 namespace {
@@ -236,6 +237,14 @@ W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   // L2 (4x the weight bytes), mid32 shares them through shared memory (v4).
   if (per_expert <= 8) return W4Tile::kDecode8;
   if (per_expert <= 48) return W4Tile::kMid32;
+  // wgmma where its 128 x 256 configuration runs (>= 384 rows per expert): v2
+  // measured 1.17-1.32x faster than large there (H200, Mixtral M = 4096: GEMM1
+  // 6.1 vs 7.2 ms, GEMM2 2.9 vs 3.9 ms; bench/results/
+  // w4a16_20261201_wgmma_v2_sweep.json); its 128 x 128 configuration is slower
+  // than large (DeepSeek-V3 M = 4096, Mixtral M = 512), so large runs there.
+  if (reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0 &&
+      sm90_w4a16::w4a16_wgmma_runs_wide(args))
+    return W4Tile::kWgmma;
   return W4Tile::kLarge;
 }
 
@@ -308,6 +317,10 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
       return dispatch_format_epilogue<Mid32>(resolved, params);
     case W4Tile::kLarge:
       return dispatch_format_epilogue<Large>(resolved, params);
+    case W4Tile::kWgmma:
+      MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0, "w_scales",
+                       "16-byte aligned for tile wgmma", static_cast<const void*>(args.w_scales));
+      return w4a16_wgmma_launch(resolved, params);
     case W4Tile::kAuto:
       break;
   }

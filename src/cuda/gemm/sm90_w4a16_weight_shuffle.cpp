@@ -138,6 +138,8 @@ std::string w4_tile_name(W4Tile t) {
       return "mid32";
     case W4Tile::kLarge:
       return "large";
+    case W4Tile::kWgmma:
+      return "wgmma";
   }
   return "?";
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/w4a16.hpp"
@@ -25,108 +26,7 @@
 namespace moekit::gemm {
 namespace {
 
-using u8 = std::uint8_t;
-
-std::uint32_t test_seed() {
-  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
-    return static_cast<std::uint32_t>(std::stoul(s));
-  return std::random_device{}();
-}
-
-float bf16_to_float(std::uint16_t b) {
-  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-std::uint16_t float_to_bf16(float f) {  // RN-even, finite inputs
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-double e2m1_value(int code) {
-  static const double kMag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-  return (code & 8) ? -kMag[code & 7] : kMag[code & 7];
-}
-double e4m3_value(int b) {
-  const int e = (b >> 3) & 0xF, m = b & 7;
-  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return (b & 0x80) ? -v : v;
-}
-double scale_value(W4Format f, int b) {
-  return f == W4Format::kNVFP4 ? e4m3_value(b) : std::ldexp(1.0, b - 127);
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  std::size_t count = 0;
-  explicit DeviceArray(std::size_t n) : count(n) {
-    if (n) {
-      void* raw = nullptr;
-      EXPECT_EQ(cudaMalloc(&raw, n * sizeof(T)), cudaSuccess);
-      ptr = static_cast<T*>(raw);
-    }
-  }
-  DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
-  ~DeviceArray() { cudaFree(ptr); }
-  void upload(const std::vector<T>& h) {
-    if (count) {
-      EXPECT_EQ(cudaMemcpy(ptr, h.data(), count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(count);
-    if (count) {
-      EXPECT_EQ(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return h;
-  }
-};
-
-// One expert weight set in the moekit convention plus its shuffled form.
-struct W4Weights {
-  W4Format format;
-  int e;
-  std::int64_t n, k;
-  std::vector<u8> codes, scales, shuffled_codes, shuffled_scales;
-  std::vector<float> alpha;  // [E] decode global scale (1 for MXFP4)
-  double deq(int ex, std::int64_t row, std::int64_t kk) const {
-    const int code = (codes[(ex * n + row) * (k / 2) + kk / 2] >> ((kk % 2) * 4)) & 0xF;
-    const int sfv = w4_scale_block(format);
-    const int sb = scales[(ex * n + row) * (k / sfv) + kk / sfv];
-    return e2m1_value(code) * scale_value(format, sb) * alpha[ex];
-  }
-};
-
-W4Weights random_weights(std::mt19937& rng, W4Format f, int e, std::int64_t n, std::int64_t k,
-                         bool gated) {
-  W4Weights w{f, e, n, k, {}, {}, {}, {}, {}};
-  const int sfv = w4_scale_block(f);
-  w.codes.resize(e * n * k / 2);
-  w.scales.resize(e * n * k / sfv);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& c : w.codes) c = static_cast<u8>(byte(rng));
-  std::uniform_int_distribution<int> nv_sf(0x18, 0x50), mx_sf(115, 130), rare(0, 63);
-  for (auto& s : w.scales) {
-    if (f == W4Format::kNVFP4) {
-      const int r = rare(rng);
-      s = static_cast<u8>(r == 0 ? 0 : r == 1 ? 1 + byte(rng) % 7 : nv_sf(rng));  // zero, subnormal
-    } else {
-      s = static_cast<u8>(mx_sf(rng));
-    }
-  }
-  std::uniform_real_distribution<float> gs(0.5f, 2.0f);
-  for (int i = 0; i < e; ++i)
-    w.alpha.push_back(f == W4Format::kNVFP4 ? 1.0f / (gs(rng) * 64.0f) : 1.0f);
-  w.shuffled_codes.resize(w.codes.size());
-  w.shuffled_scales.resize(w.scales.size());
-  w4a16_shuffle_weights(f, e, n, k, gated, w.codes.data(), w.scales.data(), w.shuffled_codes.data(),
-                        w.shuffled_scales.data());
-  return w;
-}
+using namespace w4a16_test;
 
 TEST(W4A16Shuffle, RoundTripIsIdentity) {
   MOEKIT_REQUIRE_GPU();
@@ -254,16 +154,19 @@ void run_case(const Case& c, std::uint32_t seed) {
   // decode8 runs its 32-row config with the full grid (few units here) and the
   // 64-row one when capped (3 slots: the units fill them). 8-11: the decode
   // tiles' cluster split-K (k = 320 is 5 chunks: with 3 x 4 or 8 x 2 K-warps
-  // some warps and CTAs get no chunk), filled / capped grids.
+  // some warps and CTAs get no chunk), filled / capped grids. 12-13: wgmma
+  // (128 x 128; m = 1024 gives full token tiles and narrower tails, n = 80 /
+  // 112 a partial 128-row tile).
   struct Variant {
     W4Tile tile;
     int max_ctas, k_split;
   };
   const Variant variants[] = {
-      {W4Tile::kDecode8, 0, 1},  {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
-      {W4Tile::kLarge, 0, 1},    {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
-      {W4Tile::kMid32, 3, 1},    {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
-      {W4Tile::kDecode8, 3, 3},  {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
+      {W4Tile::kDecode8, 0, 1}, {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
+      {W4Tile::kLarge, 0, 1},   {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
+      {W4Tile::kMid32, 3, 1},   {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
+      {W4Tile::kDecode8, 3, 3}, {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
+      {W4Tile::kWgmma, 0, 1},   {W4Tile::kWgmma, 3, 1},
   };
   for (const Variant& v : variants) {
     const W4Tile tile = v.tile;
@@ -349,7 +252,8 @@ INSTANTIATE_TEST_SUITE_P(All, W4A16Gemm, ::testing::ValuesIn(all_cases()));
 
 // Every (code, scale byte) pair through the kernel's dequant: identity
 // activations make each output element one dequantized weight, which is exact
-// in bf16 (so compared bitwise).
+// in bf16 (so compared bitwise). The large mma.sync tile and the wgmma tile
+// (its dequant feeds the wgmma A registers; K-permuted activations).
 TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
   MOEKIT_REQUIRE_GPU();
   for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
@@ -384,22 +288,27 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     args.w = d_w.ptr;
     args.w_scales = d_s.ptr;
     args.out = d_out.ptr;
-    w4a16_grouped_gemm(args);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<std::uint16_t> out = d_out.download();
-    int bad = 0;
-    for (std::int64_t t = 0; t < k; ++t) {
-      for (std::int64_t r = 0; r < n; ++r) {
-        const int code = static_cast<int>((t + r) % 16);
-        const double expect = e2m1_value(code) * scale_value(f, scales[r * (k / sfv) + t / sfv]);
-        const float got = bf16_to_float(out[t * n + r]);
-        if (got != static_cast<float>(expect) && bad++ < 5)
-          ADD_FAILURE() << "row " << r << " k " << t << " code " << code << " scale byte "
-                        << int(scales[r * (k / sfv) + t / sfv]) << ": got " << got << " want "
-                        << expect;
+    for (W4Tile tile : {W4Tile::kLarge, W4Tile::kWgmma}) {
+      SCOPED_TRACE(w4_tile_name(tile));
+      args.tile = tile;
+      ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
+      w4a16_grouped_gemm(args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<std::uint16_t> out = d_out.download();
+      int bad = 0;
+      for (std::int64_t t = 0; t < k; ++t) {
+        for (std::int64_t r = 0; r < n; ++r) {
+          const int code = static_cast<int>((t + r) % 16);
+          const double expect = e2m1_value(code) * scale_value(f, scales[r * (k / sfv) + t / sfv]);
+          const float got = bf16_to_float(out[t * n + r]);
+          if (got != static_cast<float>(expect) && bad++ < 5)
+            ADD_FAILURE() << "row " << r << " k " << t << " code " << code << " scale byte "
+                          << int(scales[r * (k / sfv) + t / sfv]) << ": got " << got << " want "
+                          << expect;
+        }
       }
+      EXPECT_EQ(bad, 0);
     }
-    EXPECT_EQ(bad, 0);
   }
 }
 

@@ -1,0 +1,124 @@
+// Shared helpers of the W4A16 GPU tests (w4a16_grouped_gemm_test.cpp, w4a16_wgmma_test.cpp):
+// bf16 conversions, the e2m1 / e4m3 / e8m0 values, a device array, and random weights in the
+// moekit convention with their shuffled form (the reference dequantizes the unshuffled ones).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/gpu_test_util.hpp"
+#include "moekit/gemm/w4a16.hpp"
+
+namespace moekit::gemm::w4a16_test {
+
+using u8 = std::uint8_t;
+
+inline std::uint32_t test_seed() {
+  if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
+    return static_cast<std::uint32_t>(std::stoul(s));
+  return std::random_device{}();
+}
+
+inline float bf16_to_float(std::uint16_t b) {
+  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline std::uint16_t float_to_bf16(float f) {  // RN-even, finite inputs
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+inline double e2m1_value(int code) {
+  static const double kMag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (code & 8) ? -kMag[code & 7] : kMag[code & 7];
+}
+inline double e4m3_value(int b) {
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+inline double scale_value(W4Format f, int b) {
+  return f == W4Format::kNVFP4 ? e4m3_value(b) : std::ldexp(1.0, b - 127);
+}
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  std::size_t count = 0;
+  explicit DeviceArray(std::size_t n) : count(n) {
+    if (n) {
+      void* raw = nullptr;
+      EXPECT_EQ(cudaMalloc(&raw, n * sizeof(T)), cudaSuccess);
+      ptr = static_cast<T*>(raw);
+    }
+  }
+  DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
+  ~DeviceArray() { cudaFree(ptr); }
+  void upload(const std::vector<T>& h) {
+    if (count) {
+      EXPECT_EQ(cudaMemcpy(ptr, h.data(), count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(count);
+    if (count) {
+      EXPECT_EQ(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return h;
+  }
+};
+
+// One expert weight set in the moekit convention plus its shuffled form.
+struct W4Weights {
+  W4Format format;
+  int e;
+  std::int64_t n, k;
+  std::vector<u8> codes, scales, shuffled_codes, shuffled_scales;
+  std::vector<float> alpha;  // [E] decode global scale (1 for MXFP4)
+  double deq(int ex, std::int64_t row, std::int64_t kk) const {
+    const int code = (codes[(ex * n + row) * (k / 2) + kk / 2] >> ((kk % 2) * 4)) & 0xF;
+    const int sfv = w4_scale_block(format);
+    const int sb = scales[(ex * n + row) * (k / sfv) + kk / sfv];
+    return e2m1_value(code) * scale_value(format, sb) * alpha[ex];
+  }
+};
+
+inline W4Weights random_weights(std::mt19937& rng, W4Format f, int e, std::int64_t n,
+                                std::int64_t k, bool gated) {
+  W4Weights w{f, e, n, k, {}, {}, {}, {}, {}};
+  const int sfv = w4_scale_block(f);
+  w.codes.resize(e * n * k / 2);
+  w.scales.resize(e * n * k / sfv);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& c : w.codes) c = static_cast<u8>(byte(rng));
+  std::uniform_int_distribution<int> nv_sf(0x18, 0x50), mx_sf(115, 130), rare(0, 63);
+  for (auto& s : w.scales) {
+    if (f == W4Format::kNVFP4) {
+      const int r = rare(rng);
+      s = static_cast<u8>(r == 0 ? 0 : r == 1 ? 1 + byte(rng) % 7 : nv_sf(rng));  // zero, subnormal
+    } else {
+      s = static_cast<u8>(mx_sf(rng));
+    }
+  }
+  std::uniform_real_distribution<float> gs(0.5f, 2.0f);
+  for (int i = 0; i < e; ++i)
+    w.alpha.push_back(f == W4Format::kNVFP4 ? 1.0f / (gs(rng) * 64.0f) : 1.0f);
+  w.shuffled_codes.resize(w.codes.size());
+  w.shuffled_scales.resize(w.scales.size());
+  w4a16_shuffle_weights(f, e, n, k, gated, w.codes.data(), w.scales.data(), w.shuffled_codes.data(),
+                        w.shuffled_scales.data());
+  return w;
+}
+
+}  // namespace moekit::gemm::w4a16_test
