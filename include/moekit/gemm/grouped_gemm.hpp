@@ -35,17 +35,28 @@ enum class GroupedGemmType : std::uint8_t {
 };
 std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 
-// Kernel config (tiles) of a launch. kWide: 128-row tiles (bf16 128x256x64, fp8 128x128x128,
-// cooperative); kNarrow: 64x128 tiles (ping-pong). kAuto picks kWide when the average rows per
-// expert that can hold rows, max_rows / min(E, max_rows), is >= wide_min_rows_per_expert(type)
-// (host-known: the choice never depends on the routing, so a captured graph stays valid). The
-// thresholds come from H200 measurements (bench/RESULTS.md, run 2): bf16 narrow wins at decode
-// (<= 16 rows per expert measured) and loses badly at 128, fp8 narrow wins up to 512.
-enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow };
-constexpr std::int64_t wide_min_rows_per_expert(GroupedGemmType t) {
-  return t == GroupedGemmType::kBF16 ? 64 : 1024;
-}
-std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow"
+// Kernel config (tiles) of a launch, one kernel per type each:
+//   kWide      128-row tiles of the expert's rows, cooperative (bf16 128x256x64, fp8 128x128x128);
+//   kNarrow    64-row tiles, ping-pong (bf16 64x128x64, fp8 64x128x128);
+//   kSwapWide  swap-AB: the weights are the MMA's M side (128-row weight tiles), an expert's rows
+//              its N side in tiles of 160 (cooperative; K tile bf16 64, fp8 128): all ~128 rows of
+//              an expert in one tile, each weight tile read once, no 128-row padding.
+// kAuto picks from the number of experts E and the average rows per expert that can hold rows,
+// max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a captured
+// graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements, see
+// docs/kernels/bf16_fp8.md ("Run 3"):
+//   both: kSwapWide for 96..255 rows per expert when E <= 16 (Mixtral at 512 tokens); else
+//   bf16: kNarrow below 64 rows per expert, kWide from 64;
+//   fp8:  kWide for 128..255 and from 1024 rows per expert, kNarrow otherwise.
+enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide };
+std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow", "swap_wide"
+// The config named `name` (one of the names above); throws moekit::Error naming `what` otherwise.
+GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what);
+// True when config c (not kAuto) has a kernel for type t.
+bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c);
+// The config kAuto resolves to for E experts and rows_per_expert = max_rows / min(E, max_rows).
+GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
+                                           std::int64_t rows_per_expert);
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows);
 
@@ -72,11 +83,12 @@ struct GroupedGemmArgs {
   GroupedGemmConfig config = GroupedGemmConfig::kAuto;
 };
 
-// Bytes of workspace (enough for either config) a launch with num_experts groups needs on the current device.
+// Bytes of workspace (enough for every config) a launch with num_experts groups needs on the current device.
 std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts);
 
 // Validates (throws moekit::Error naming the argument: alignment K % 8 (bf16) / K % 128 (fp8),
-// N % 8, strides, null pointers, workspace size) and launches. Asynchronous.
+// N % 8, strides, null pointers, workspace size, a config not built for the type) and
+// launches. Asynchronous.
 void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args);
 
 // gate_up: device bf16 [R, 2I] (row stride 2I); out: bf16 [R, I]. num_rows: device i32 scalar

@@ -2,6 +2,7 @@
 // block grouped-GEMM experts (see bf16_experts.hpp for the pipeline).
 #include "cuda/experts/bf16_experts.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -59,15 +60,26 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
 
 char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
-// Tuning override of the GEMM kernel config (benchmarks): MOEKIT_GROUPED_GEMM_CONFIG=wide|narrow.
-gemm::GroupedGemmConfig config_from_env() {
+// Tuning override of the GEMM kernel config (benchmarks): MOEKIT_GROUPED_GEMM_CONFIG=<config> for
+// both types, or per type: "bf16:<config>,fp8_block:<config>" (a type left out keeps kAuto);
+// config names: grouped_gemm_config_name.
+gemm::GroupedGemmConfig config_from_env(gemm::GroupedGemmType t) {
   const char* v = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
-  if (v == nullptr || std::string(v).empty() || std::string(v) == "auto")
-    return gemm::GroupedGemmConfig::kAuto;
-  if (std::string(v) == "wide") return gemm::GroupedGemmConfig::kWide;
-  if (std::string(v) == "narrow") return gemm::GroupedGemmConfig::kNarrow;
-  throw_arg_error("GroupedGemmExperts", "MOEKIT_GROUPED_GEMM_CONFIG", "auto, wide or narrow",
-                  std::string(v));
+  if (v == nullptr) return gemm::GroupedGemmConfig::kAuto;
+  const std::string all(v);
+  if (all.empty()) return gemm::GroupedGemmConfig::kAuto;
+  if (all.find(':') == std::string::npos)
+    return gemm::parse_grouped_gemm_config(all, "MOEKIT_GROUPED_GEMM_CONFIG");
+  const std::string want = gemm::grouped_gemm_type_name(t) + ":";
+  std::size_t start = 0;
+  while (start <= all.size()) {
+    const std::size_t end = std::min(all.find(',', start), all.size());
+    const std::string item = all.substr(start, end - start);
+    if (item.rfind(want, 0) == 0)
+      return gemm::parse_grouped_gemm_config(item.substr(want.size()), "MOEKIT_GROUPED_GEMM_CONFIG");
+    start = end + 1;
+  }
+  return gemm::GroupedGemmConfig::kAuto;
 }
 
 }  // namespace
@@ -86,7 +98,7 @@ struct GroupedGemmExperts::State {
 GroupedGemmExperts::GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type)
     : type_(type), state_(std::make_unique<State>()) {
   state_->problem = problem;
-  state_->config = config_from_env();
+  state_->config = config_from_env(type);
 }
 
 GroupedGemmExperts::~GroupedGemmExperts() = default;

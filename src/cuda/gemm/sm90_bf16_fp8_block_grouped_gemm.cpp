@@ -1,8 +1,10 @@
 // moekit::gemm::grouped_gemm: argument validation and dispatch to the CUTLASS launchers
-// (sm90_bf16_grouped_gemm_cutlass.cu, sm90_fp8_block_grouped_gemm_cutlass.cu). Without the CUTLASS
-// headers the kernels are not compiled and every entry point says so.
+// (sm90_{bf16,fp8_block}_grouped_gemm_*_cutlass.cu, one TU per kernel config). Without the
+// CUTLASS headers the kernels are not compiled and every entry point says so.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "moekit/core/error.hpp"
@@ -23,16 +25,59 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c) {
     case GroupedGemmConfig::kAuto: return "auto";
     case GroupedGemmConfig::kWide: return "wide";
     case GroupedGemmConfig::kNarrow: return "narrow";
+    case GroupedGemmConfig::kSwapWide: return "swap_wide";
   }
   return "?";
+}
+
+GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what) {
+  constexpr GroupedGemmConfig all[] = {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide,
+                                       GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide};
+  std::string valid;
+  for (auto c : all) {
+    if (grouped_gemm_config_name(c) == name) return c;
+    valid += (valid.empty() ? "" : ", ") + grouped_gemm_config_name(c);
+  }
+  throw_arg_error("grouped_gemm", what, "one of " + valid, name);
+}
+
+bool grouped_gemm_config_built(GroupedGemmType, GroupedGemmConfig c) {
+  switch (c) {
+    case GroupedGemmConfig::kWide:
+    case GroupedGemmConfig::kNarrow:
+    case GroupedGemmConfig::kSwapWide: return true;  // for both types
+    case GroupedGemmConfig::kAuto: return false;
+  }
+  return false;  // a value outside the enum
+}
+
+// From the H200 runs 2 and 3 (bench/results/layer_20261129_bf16_fp8_block_run2*.json,
+// layer_20261201_bf16_fp8_run3a.json; docs/kernels/bf16_fp8.md "Run 3"). Only cells with a
+// measured comparison changed from the run-2 rule; the rest keep it.
+GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
+                                           std::int64_t rows_per_expert) {
+  const std::int64_t r = rows_per_expert;
+  // Swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512 tokens: bf16 860 vs 992 us
+  // wide, fp8 578 vs 670 us narrow) and loses with many experts at the same rows per expert
+  // (deepseek-v3 4096: bf16 7964 vs 7624 us wide; kimi-k2 / qwen3-235b slower too), so it is
+  // limited to E <= 16 (measured at E = 8; 96..255 brackets the measured 128 between the
+  // measured 16 (narrow best) and 1024 (wide best)).
+  if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
+  // bf16: narrow wins at <= 16 rows per expert, wide from 64 (run 2).
+  if (t == GroupedGemmType::kBF16)
+    return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
+  // fp8: wide from 1024 rows per expert (run 2) and at 128..255 with many experts (deepseek-v3
+  // 4096: wide 5251 vs narrow 5500 us in run 3, 5341 vs 5389 in run 2); 256..1023 (qwen3 at 4096
+  // tokens) keeps narrow: no measured comparison there yet.
+  return r >= 1024 || (r >= 128 && r < 256) ? GroupedGemmConfig::kWide
+                                             : GroupedGemmConfig::kNarrow;
 }
 
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows) {
   if (c != GroupedGemmConfig::kAuto) return c;
   const std::int64_t holders = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
-  return max_rows / holders >= wide_min_rows_per_expert(t) ? GroupedGemmConfig::kWide
-                                                     : GroupedGemmConfig::kNarrow;
+  return auto_grouped_gemm_config(t, num_experts, max_rows / holders);
 }
 
 bool grouped_gemm_available(GroupedGemmType) {
@@ -55,18 +100,73 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 }  // namespace
 
+#if MOEKIT_WITH_CUTLASS
+namespace detail {
+
+SchedulerOverride scheduler_override() {
+  static const SchedulerOverride o = [] {
+    SchedulerOverride r;
+    if (const char* v = std::getenv("MOEKIT_GROUPED_GEMM_RASTER"); v != nullptr && *v != 0) {
+      const std::string s(v);
+      if (s != "m" && s != "n")
+        throw_arg_error("grouped_gemm", "MOEKIT_GROUPED_GEMM_RASTER", "m or n", s);
+      r.raster = s[0];
+    }
+    if (const char* v = std::getenv("MOEKIT_GROUPED_GEMM_SWIZZLE"); v != nullptr && *v != 0) {
+      const std::string s(v);
+      if (s != "1" && s != "2" && s != "4" && s != "8")
+        throw_arg_error("grouped_gemm", "MOEKIT_GROUPED_GEMM_SWIZZLE", "1, 2, 4 or 8", s);
+      r.swizzle = std::stoi(s);
+    }
+    return r;
+  }();
+  return o;
+}
+
+}  // namespace detail
+
+namespace {
+
+struct Launcher {
+  std::size_t (*workspace_bytes)(int num_experts);
+  void (*run)(const GroupedGemmArgs& args);
+};
+
+// The kernel of (type, config); {nullptr, nullptr} when that pair is not built.
+Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
+  using C = GroupedGemmConfig;
+  if (t == GroupedGemmType::kBF16) {
+    switch (c) {
+      case C::kWide: return {detail::bf16_wide_grouped_gemm_workspace_bytes, detail::bf16_wide_grouped_gemm_run};
+      case C::kNarrow: return {detail::bf16_narrow_grouped_gemm_workspace_bytes, detail::bf16_narrow_grouped_gemm_run};
+      case C::kSwapWide: return {detail::bf16_swap_wide_grouped_gemm_workspace_bytes, detail::bf16_swap_wide_grouped_gemm_run};
+      case C::kAuto: break;
+    }
+  } else {
+    switch (c) {
+      case C::kWide: return {detail::fp8_block_wide_grouped_gemm_workspace_bytes, detail::fp8_block_wide_grouped_gemm_run};
+      case C::kNarrow: return {detail::fp8_block_narrow_grouped_gemm_workspace_bytes, detail::fp8_block_narrow_grouped_gemm_run};
+      case C::kSwapWide: return {detail::fp8_block_swap_wide_grouped_gemm_workspace_bytes, detail::fp8_block_swap_wide_grouped_gemm_run};
+      case C::kAuto: break;
+    }
+  }
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+#endif
+
 std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   MOEKIT_CHECK_ARG(num_experts >= 1, "num_experts", ">= 1", num_experts);
   require_available(t);
+  std::size_t bytes = 0;
 #if MOEKIT_WITH_CUTLASS
-  return t == GroupedGemmType::kBF16
-             ? std::max(detail::bf16_wide_grouped_gemm_workspace_bytes(num_experts),
-                        detail::bf16_narrow_grouped_gemm_workspace_bytes(num_experts))
-             : std::max(detail::fp8_block_wide_grouped_gemm_workspace_bytes(num_experts),
-                        detail::fp8_block_narrow_grouped_gemm_workspace_bytes(num_experts));
-#else
-  return 0;
+  for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide}) {
+    const Launcher l = launcher(t, c);
+    if (l.workspace_bytes != nullptr) bytes = std::max(bytes, l.workspace_bytes(num_experts));
+  }
 #endif
+  return bytes;
 }
 
 void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
@@ -101,15 +201,15 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    "a 16-byte aligned device pointer", a.workspace);
   MOEKIT_CHECK_ARG(a.workspace_bytes >= need, "workspace_bytes", ::moekit::detail::concat(">= ", need),
                    a.workspace_bytes);
+  const GroupedGemmConfig config =
+      resolve_grouped_gemm_config(t, a.config, a.num_experts, a.max_rows);
+  MOEKIT_CHECK_ARG(grouped_gemm_config_built(t, config), "config",
+                   ::moekit::detail::concat("a config with a ", grouped_gemm_type_name(t),
+                                            " kernel"),
+                   grouped_gemm_config_name(config));
   if (a.max_rows == 0) return;
 #if MOEKIT_WITH_CUTLASS
-  const bool wide =
-      resolve_grouped_gemm_config(t, a.config, a.num_experts, a.max_rows) == GroupedGemmConfig::kWide;
-  if (fp8) {
-    wide ? detail::fp8_block_wide_grouped_gemm_run(a) : detail::fp8_block_narrow_grouped_gemm_run(a);
-  } else {
-    wide ? detail::bf16_wide_grouped_gemm_run(a) : detail::bf16_narrow_grouped_gemm_run(a);
-  }
+  launcher(t, config).run(a);
 #endif
 }
 

@@ -1,5 +1,5 @@
 // Internal: the CUTLASS-backed launchers behind moekit::gemm::grouped_gemm, one TU per type and
-// config (sm90_{bf16,fp8_block}_grouped_gemm{,_narrow}_cutlass.cu). Arguments arrive
+// config (sm90_{bf16,fp8_block}_grouped_gemm_*_cutlass.cu). Arguments arrive
 // validated; they only carve the workspace, build the per-expert arguments on the device and
 // launch. Compiled only with MOEKIT_WITH_CUTLASS.
 #pragma once
@@ -15,10 +15,24 @@ void bf16_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t bf16_narrow_grouped_gemm_workspace_bytes(int num_experts);
 void bf16_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
 
+std::size_t bf16_swap_wide_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_swap_wide_grouped_gemm_run(const GroupedGemmArgs& args);
+
 std::size_t fp8_block_wide_grouped_gemm_workspace_bytes(int num_experts);
 void fp8_block_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t fp8_block_narrow_grouped_gemm_workspace_bytes(int num_experts);
 void fp8_block_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t fp8_block_swap_wide_grouped_gemm_workspace_bytes(int num_experts);
+void fp8_block_swap_wide_grouped_gemm_run(const GroupedGemmArgs& args);
+
+// Tuning overrides of the persistent tile scheduler, read once from the environment (benchmarks
+// only; 0 = the kernel's default): MOEKIT_GROUPED_GEMM_RASTER=m|n (tile order M- or N-fastest),
+// MOEKIT_GROUPED_GEMM_SWIZZLE=1|2|4|8 (CUTLASS max_swizzle_size).
+struct SchedulerOverride {
+  char raster = 0;
+  int swizzle = 0;
+};
+SchedulerOverride scheduler_override();
 
 // Bytes of the per-expert argument arrays, rounded so the CUTLASS scratch that follows is aligned.
 constexpr std::size_t kWorkspaceAlign = 256;

@@ -1,6 +1,6 @@
 // SM90 grouped (ptr-array) BF16 GEMM over experts, WIDE config: CUTLASS 4.2 TMA warp-specialized
 // cooperative kernel, persistent over all (expert, tile) pairs. Used when experts hold many rows
-// (GroupedGemmConfig::kWide / kAuto with >= 256 rows per expert on average).
+// (GroupedGemmConfig::kWide; kAuto picks it from 64 rows per expert, see auto_grouped_gemm_config).
 //   tile 128x256x64: two consumer warpgroups of 64x256 each; the widest tile that keeps the
 //     accumulators in registers (168 regs, 0 spills), so the weights are read once per 128 rows;
 //   cluster 1x1x1; stages: as many as fit beside the epilogue (StageCountAutoCarveout) = 4.

@@ -1,12 +1,20 @@
 // The body of the SM90 grouped (ptr-array) BF16 GEMM translation units: each includes it once
 // after defining its kernel config (one instantiation per TU keeps CI compile time bounded):
 //   MOEKIT_GEMM_TILE_SHAPE, MOEKIT_GEMM_KERNEL_SCHEDULE, MOEKIT_GEMM_EPILOGUE_SCHEDULE,
-//   MOEKIT_GEMM_WORKSPACE_FN, MOEKIT_GEMM_RUN_FN (the names of the two entry points).
+//   MOEKIT_GEMM_WORKSPACE_FN, MOEKIT_GEMM_RUN_FN (the names of the two entry points), and
+//   optionally MOEKIT_GEMM_SWAP_AB (default 0).
 // Everything else (types, the device kernel that builds per-expert arguments from
 // expert_offsets, the CUTLASS launch) is shared. See sm90_bf16_grouped_gemm_cutlass.cu.
+//
+// Swap-AB (MOEKIT_GEMM_SWAP_AB 1): the kernel computes D^T = W * A^T, i.e. the weights [N, K]
+// are the MMA's M side and the expert's rows its N side, so a small tile N holds all rows of an
+// expert (no padding of 1-160 rows to 64/128-row tiles) and the weight tile sets the CTA count.
+// D^T [N, rows] column-major is exactly D [rows, N] row-major: the output layout is unchanged.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "cuda/runtime/cuda_check.hpp"
@@ -29,7 +37,12 @@ using ElementB = cutlass::bfloat16_t;
 using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // [M, K]
 using LayoutB = cutlass::layout::ColumnMajor;  // KxN column-major == [N, K] row-major
-using LayoutD = cutlass::layout::RowMajor;     // [M, N]
+#ifndef MOEKIT_GEMM_SWAP_AB
+#define MOEKIT_GEMM_SWAP_AB 0
+#endif
+constexpr bool kSwapAB = MOEKIT_GEMM_SWAP_AB != 0;
+// Not swapped: D [rows, N] row-major. Swapped: D^T [N, rows] column-major (the same bytes).
+using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 constexpr int kAlign = 8;                      // 16 bytes of bf16
 
 using TileShape = MOEKIT_GEMM_TILE_SHAPE;
@@ -102,6 +115,8 @@ ArgArrays carve(void* workspace, int e) {
 
 // One thread per expert: problem size and pointers from expert_offsets (offsets clamped to
 // [0, max_rows] so a bad routing can never make the GEMM touch rows outside the buffers).
+// Both operands are K-major with row strides lda (activations) and k (weights); swapped, the
+// weights are the kernel's A and the activation rows its B.
 __global__ void build_args_kernel(int num_experts, int n, int k, long long max_rows,
                                   const int* __restrict__ offsets, const ElementA* a,
                                   long long lda, const ElementB* b, ElementD* d, long long ldd,
@@ -110,18 +125,24 @@ __global__ void build_args_kernel(int num_experts, int n, int k, long long max_r
   if (e >= num_experts) return;
   long long r0 = min(max(static_cast<long long>(offsets[e]), 0ll), max_rows);
   long long r1 = min(max(static_cast<long long>(offsets[e + 1]), r0), max_rows);
-  out.shapes[e] = Shape3{static_cast<int>(r1 - r0), n, k};
-  out.ptr_a[e] = a + r0 * lda;
-  out.ptr_b[e] = b + static_cast<long long>(e) * n * k;
-  out.ptr_d[e] = d + r0 * ldd;
+  const int rows = static_cast<int>(r1 - r0);
+  const ElementA* rows_ptr = a + r0 * lda;
+  const ElementB* weights_ptr = b + static_cast<long long>(e) * n * k;
+  // (A and B have the same element type: the operands swap by pointer.)
+  static_assert(std::is_same_v<ElementA, ElementB>);
+  out.shapes[e] = kSwapAB ? Shape3{n, rows, k} : Shape3{rows, n, k};
+  out.ptr_a[e] = kSwapAB ? weights_ptr : rows_ptr;
+  out.ptr_b[e] = kSwapAB ? rows_ptr : weights_ptr;
   StrideA sa{};
-  cute::get<0>(sa) = lda;
-  out.stride_a[e] = sa;
+  cute::get<0>(sa) = kSwapAB ? k : lda;  // row-major A: the stride between its M rows
   StrideB sb{};
-  cute::get<0>(sb) = k;
-  out.stride_b[e] = sb;
+  cute::get<0>(sb) = kSwapAB ? lda : k;  // column-major B: the stride between its N columns
   StrideD sd{};
-  cute::get<0>(sd) = ldd;
+  // Row-major D: stride between rows; column-major D^T: column r (one output row) at r * ldd.
+  cute::get<kSwapAB ? 1 : 0>(sd) = ldd;
+  out.ptr_d[e] = d + r0 * ldd;
+  out.stride_a[e] = sa;
+  out.stride_b[e] = sb;
   out.stride_d[e] = sd;
 }
 
@@ -135,6 +156,14 @@ typename Gemm::Arguments make_arguments(int num_experts, const ArgArrays& w) {
       {w.ptr_a, w.stride_a, w.ptr_b, w.stride_b},
       {{}, nullptr, w.stride_d, w.ptr_d, w.stride_d},
       hw};
+  // Swapped, the N side is an expert's rows (one or two tiles): N-fastest tile order keeps the
+  // tiles that share a weight tile adjacent, so the second one reads it from L2.
+  using Raster = decltype(args.scheduler.raster_order);
+  if constexpr (kSwapAB) args.scheduler.raster_order = Raster::AlongN;
+  const SchedulerOverride o = scheduler_override();  // tuning: MOEKIT_GROUPED_GEMM_{RASTER,SWIZZLE}
+  if (o.raster == 'm') args.scheduler.raster_order = Raster::AlongM;
+  if (o.raster == 'n') args.scheduler.raster_order = Raster::AlongN;
+  if (o.swizzle > 0) args.scheduler.max_swizzle_size = o.swizzle;
   auto& fusion = args.epilogue.thread;
   fusion.alpha = 1.0f;
   fusion.beta = 0.0f;

@@ -10,8 +10,8 @@
 //     so 128x256 would spill;
 //   scales K-major (sA [R, K/128], sB [E, N/128, K/128], the checkpoint / quantizer layout), loaded
 //     with cp.async beside the TMA loads, so per-expert slices are plain pointer offsets;
-//   cluster 1x1x1, stages: as for the bf16 kernel. WIDE config (GroupedGemmConfig::kWide / kAuto
-//   with >= 256 rows per expert on average); the narrow one is in *_narrow_cutlass.cu.
+//   cluster 1x1x1, stages: as for the bf16 kernel. WIDE config (GroupedGemmConfig::kWide; kAuto
+//   rule: auto_grouped_gemm_config); the narrow one is in *_narrow_cutlass.cu.
 #define MOEKIT_GEMM_TILE_SHAPE cute::Shape<_128, _128, _128>
 #define MOEKIT_GEMM_KERNEL_SCHEDULE cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise
 #define MOEKIT_GEMM_EPILOGUE_SCHEDULE cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative

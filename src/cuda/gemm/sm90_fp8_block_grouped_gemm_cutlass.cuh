@@ -1,12 +1,21 @@
 // The body of the SM90 grouped (ptr-array) FP8 block GEMM translation units: each includes it once
 // after defining its kernel config (one instantiation per TU keeps CI compile time bounded):
 //   MOEKIT_GEMM_TILE_SHAPE, MOEKIT_GEMM_KERNEL_SCHEDULE, MOEKIT_GEMM_EPILOGUE_SCHEDULE,
-//   MOEKIT_GEMM_WORKSPACE_FN, MOEKIT_GEMM_RUN_FN (the names of the two entry points).
+//   MOEKIT_GEMM_WORKSPACE_FN, MOEKIT_GEMM_RUN_FN (the names of the two entry points), and
+//   optionally MOEKIT_GEMM_SWAP_AB (default 0).
 // Everything else (types, the device kernel that builds per-expert arguments from
 // expert_offsets, the CUTLASS launch) is shared. See sm90_fp8_block_grouped_gemm_cutlass.cu.
+//
+// Swap-AB (MOEKIT_GEMM_SWAP_AB 1): D^T = W * A^T with the weights [N, K] as the MMA's M side and
+// an expert's rows as its N side (see sm90_bf16_grouped_gemm_cutlass.cuh). The block scales swap
+// roles with the operands: the kernel's SFA is the weights' 128x128 scale ([ceil(N/128), K/128],
+// granularity 128 along the kernel's M), its SFB the activations' 1x128 scale ([rows, K/128],
+// granularity 1 along the kernel's N). Both stay K-major, so no scale is re-laid out.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "cuda/runtime/cuda_check.hpp"
@@ -29,7 +38,12 @@ using ElementB = cutlass::float_e4m3_t;
 using ElementD = cutlass::bfloat16_t;
 using LayoutA = cutlass::layout::RowMajor;     // [M, K]
 using LayoutB = cutlass::layout::ColumnMajor;  // KxN column-major == [N, K] row-major
-using LayoutD = cutlass::layout::RowMajor;     // [M, N]
+#ifndef MOEKIT_GEMM_SWAP_AB
+#define MOEKIT_GEMM_SWAP_AB 0
+#endif
+constexpr bool kSwapAB = MOEKIT_GEMM_SWAP_AB != 0;
+// Not swapped: D [rows, N] row-major. Swapped: D^T [N, rows] column-major (the same bytes).
+using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
 constexpr int kAlignAB = 16;                   // 16 bytes of e4m3
 constexpr int kAlign = 8;                      // 16 bytes of bf16
 
@@ -37,7 +51,9 @@ using TileShape = MOEKIT_GEMM_TILE_SHAPE;
 using ClusterShape = cute::Shape<_1, _1, _1>;
 using KernelSchedule = MOEKIT_GEMM_KERNEL_SCHEDULE;
 using EpilogueSchedule = MOEKIT_GEMM_EPILOGUE_SCHEDULE;
-using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::K,
+// Scale granularity (kernel M, kernel N, K): activations 1 x 128, weights 128 x 128.
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? 128 : 1, kSwapAB ? 1 : 128,
+                                                              128, cute::GMMA::Major::K,
                                                               cute::GMMA::Major::K>;
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
@@ -129,26 +145,35 @@ __global__ void build_args_kernel(int num_experts, int n, int k, long long max_r
   if (e >= num_experts) return;
   long long r0 = min(max(static_cast<long long>(offsets[e]), 0ll), max_rows);
   long long r1 = min(max(static_cast<long long>(offsets[e + 1]), r0), max_rows);
-  out.shapes[e] = Shape3{static_cast<int>(r1 - r0), n, k};
-  out.ptr_a[e] = a + r0 * lda;
-  out.ptr_b[e] = b + static_cast<long long>(e) * n * k;
-  out.ptr_d[e] = d + r0 * ldd;
-  StrideA sa{};
-  cute::get<0>(sa) = lda;
-  out.stride_a[e] = sa;
-  StrideB sb{};
-  cute::get<0>(sb) = k;
-  out.stride_b[e] = sb;
-  StrideD sd{};
-  cute::get<0>(sd) = ldd;
-  out.stride_d[e] = sd;
+  const int rows = static_cast<int>(r1 - r0);
+  const ElementA* rows_ptr = a + r0 * lda;
+  const ElementB* weights_ptr = b + static_cast<long long>(e) * n * k;
   // sA rows follow A's rows ([R, K/128]); sB is [E, ceil(N/128), K/128].
   const int kb = k / 128;
   const int nb = (n + 127) / 128;
-  out.ptr_sfa[e] = a_scales + r0 * kb;
-  out.ptr_sfb[e] = b_scales + static_cast<long long>(e) * nb * kb;
-  out.layout_sfa[e] = ScaleConfig::tile_atom_to_shape_SFA(make_shape(static_cast<int>(r1 - r0), n, k, 1));
-  out.layout_sfb[e] = ScaleConfig::tile_atom_to_shape_SFB(make_shape(static_cast<int>(r1 - r0), n, k, 1));
+  const float* rows_scales = a_scales + r0 * kb;
+  const float* weight_scales = b_scales + static_cast<long long>(e) * nb * kb;
+  // (A and B have the same element type: the operands swap by pointer.)
+  static_assert(std::is_same_v<ElementA, ElementB>);
+  out.shapes[e] = kSwapAB ? Shape3{n, rows, k} : Shape3{rows, n, k};
+  out.ptr_a[e] = kSwapAB ? weights_ptr : rows_ptr;
+  out.ptr_b[e] = kSwapAB ? rows_ptr : weights_ptr;
+  out.ptr_sfa[e] = kSwapAB ? weight_scales : rows_scales;
+  out.ptr_sfb[e] = kSwapAB ? rows_scales : weight_scales;
+  StrideA sa{};
+  cute::get<0>(sa) = kSwapAB ? k : lda;  // row-major A: the stride between its M rows
+  StrideB sb{};
+  cute::get<0>(sb) = kSwapAB ? lda : k;  // column-major B: the stride between its N columns
+  StrideD sd{};
+  // Row-major D: stride between rows; column-major D^T: column r (one output row) at r * ldd.
+  cute::get<kSwapAB ? 1 : 0>(sd) = ldd;
+  out.ptr_d[e] = d + r0 * ldd;
+  out.stride_a[e] = sa;
+  out.stride_b[e] = sb;
+  out.stride_d[e] = sd;
+  const auto mnk = kSwapAB ? make_shape(n, rows, k, 1) : make_shape(rows, n, k, 1);
+  out.layout_sfa[e] = ScaleConfig::tile_atom_to_shape_SFA(mnk);
+  out.layout_sfb[e] = ScaleConfig::tile_atom_to_shape_SFB(mnk);
 }
 
 typename Gemm::Arguments make_arguments(int num_experts, const ArgArrays& w) {
@@ -162,6 +187,14 @@ typename Gemm::Arguments make_arguments(int num_experts, const ArgArrays& w) {
        w.layout_sfb},
       {{}, nullptr, w.stride_d, w.ptr_d, w.stride_d},
       hw};
+  // Swapped, the N side is an expert's rows (one or two tiles): N-fastest tile order keeps the
+  // tiles that share a weight tile adjacent, so the second one reads it from L2.
+  using Raster = decltype(args.scheduler.raster_order);
+  if constexpr (kSwapAB) args.scheduler.raster_order = Raster::AlongN;
+  const SchedulerOverride o = scheduler_override();  // tuning: MOEKIT_GROUPED_GEMM_{RASTER,SWIZZLE}
+  if (o.raster == 'm') args.scheduler.raster_order = Raster::AlongM;
+  if (o.raster == 'n') args.scheduler.raster_order = Raster::AlongN;
+  if (o.swizzle > 0) args.scheduler.max_swizzle_size = o.swizzle;
   auto& fusion = args.epilogue.thread;
   fusion.alpha = 1.0f;
   fusion.beta = 0.0f;

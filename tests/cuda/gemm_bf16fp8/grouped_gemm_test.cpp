@@ -5,6 +5,8 @@
 // keep their poison; rows below must all be written (finite).
 #include <gmock/gmock.h>
 
+#include <cstring>
+
 #include "cuda/gemm_bf16fp8/gemm_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
@@ -24,7 +26,18 @@ struct Case {
   std::vector<int> counts;  // rows per expert
   int n, k;
   int extra_rows;  // capacity beyond the used rows (must stay untouched)
+  int lda_pad = 0;  // A row stride k + lda_pad (the pad holds NaN: reading it would show)
+  int ldd_pad = 0;  // D row stride n + ldd_pad (the pad must stay untouched)
 };
+
+// The element bytes of `compact` ([rows, k] of `elem`-byte values) in rows of stride k + pad,
+// the pad filled with 0xff bytes (NaN in bf16 and in e4m3).
+std::vector<std::uint8_t> pad_rows(const std::uint8_t* compact, int rows, int k, int pad, int elem) {
+  const std::size_t row = static_cast<std::size_t>(k) * elem, padded = row + static_cast<std::size_t>(pad) * elem;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * padded, 0xff);
+  for (int r = 0; r < rows; ++r) std::memcpy(&out[r * padded], compact + r * row, row);
+  return out;
+}
 
 // Runs one grouped GEMM of type t and kernel config on random data and checks it.
 void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Case& c,
@@ -37,6 +50,7 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   const auto off = offsets_of(c.counts);
   const int used = off[E];
   const int rows = used + c.extra_rows;
+  const int lda = c.k + c.lda_pad, ldd = c.n + c.ldd_pad;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> a(static_cast<std::size_t>(rows) * c.k), b(static_cast<std::size_t>(E) * c.n * c.k);
@@ -44,14 +58,17 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   for (auto& x : b) x = dist(rng) * 0.05f;
 
   DeviceArray<std::int32_t> d_off(off);
-  DeviceArray<std::uint16_t> d_out(static_cast<std::size_t>(rows) * c.n);
-  MOEKIT_TEST_CUDA(cudaMemset(d_out.get(), 0xff, static_cast<std::size_t>(rows) * c.n * 2));
+  const std::size_t out_elems = static_cast<std::size_t>(rows) * ldd;
+  DeviceArray<std::uint16_t> d_out(out_elems);
+  MOEKIT_TEST_CUDA(cudaMemset(d_out.get(), 0xff, out_elems * 2));
   std::vector<double> ref;
   GroupedGemmArgs args;
   args.num_experts = E;
   args.n = c.n;
   args.k = c.k;
   args.max_rows = rows;
+  args.lda = lda;
+  args.ldd = ldd;
   args.expert_offsets = d_off.get();
   args.d = d_out.get();
   const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
@@ -64,7 +81,9 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
     std::vector<std::uint16_t> ha(a.size()), hb(b.size());
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_float(ha[i] = float_to_bf16(a[i]));
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_float(hb[i] = float_to_bf16(b[i]));
-    DeviceArray<std::uint16_t> da(ha), db(hb);
+    DeviceArray<std::uint8_t> da(
+        pad_rows(reinterpret_cast<const std::uint8_t*>(ha.data()), rows, c.k, c.lda_pad, 2));
+    DeviceArray<std::uint16_t> db(hb);
     args.a = da.get();
     args.b = db.get();
     gemm::grouped_gemm(t, args);
@@ -73,7 +92,7 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   } else {
     auto qa = quantize_act_1x128(a, rows, c.k);
     auto qb = quantize_weight_128x128(b, E, c.n, c.k);
-    DeviceArray<std::uint8_t> da(qa.q), db(qb.q);
+    DeviceArray<std::uint8_t> da(pad_rows(qa.q.data(), rows, c.k, c.lda_pad, 1)), db(qb.q);
     DeviceArray<float> dsa(qa.scales), dsb(qb.scales);
     args.a = da.get();
     args.b = db.get();
@@ -85,15 +104,20 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   }
   const auto out_bits = d_out.download();
   std::vector<double> out(ref.size());
-  int unwritten = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    out[i] = bf16_to_float(out_bits[i]);
-    if (!std::isfinite(out[i])) ++unwritten;
-  }
+  int unwritten = 0, clobbered = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < ldd; ++j) {
+      const std::uint16_t bits = out_bits[static_cast<std::size_t>(r) * ldd + j];
+      if (r < used && j < c.n) {
+        const double v = bf16_to_float(bits);
+        out[static_cast<std::size_t>(r) * c.n + j] = v;
+        unwritten += !std::isfinite(v);
+      } else {
+        clobbered += bits != kPoison;
+      }
+    }
   EXPECT_EQ(unwritten, 0) << "elements of used rows not written (NaN poison left)";
-  int clobbered = 0;
-  for (std::size_t i = ref.size(); i < out_bits.size(); ++i) clobbered += out_bits[i] != kPoison;
-  EXPECT_EQ(clobbered, 0) << "elements of rows past expert_offsets[E] written";
+  EXPECT_EQ(clobbered, 0) << "elements past expert_offsets[E] or in the ldd pad written";
   if (used > 0) {
     const double err = rel_l2(out, ref);
     ::testing::Test::RecordProperty("rel_l2", std::to_string(err));
@@ -101,10 +125,12 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   }
 }
 
-// Both kernel configs (wide 128-row tiles, narrow 64x128) on the same case.
+// Every kernel config built for the type on the same case.
 void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
-  for (auto config : {gemm::GroupedGemmConfig::kWide, gemm::GroupedGemmConfig::kNarrow})
-    run_case_config(t, config, c, seed);
+  using gemm::GroupedGemmConfig;
+  for (auto config : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
+                      GroupedGemmConfig::kSwapWide})
+    if (gemm::grouped_gemm_config_built(t, config)) run_case_config(t, config, c, seed);
 }
 
 class GroupedGemm : public ::testing::TestWithParam<GroupedGemmType> {
@@ -138,6 +164,14 @@ TEST_P(GroupedGemm, AllRowsToOneExpert) {
 TEST_P(GroupedGemm, NoRowsLeavesOutputUntouched) {
   MOEKIT_REQUIRE_GPU();
   run_case(GetParam(), {{0, 0, 0}, 128, 128, 17}, test_seed());
+}
+
+// Rows across tiles of every config: 161 rows = two 160-row swap_wide tiles, 130 = three 64-row
+// narrow tiles; N = 200: a partial 128-row swap_wide weight tile (and a partial 128x128
+// weight-scale tile for fp8); strided A (pad = NaN) and D (pad must stay untouched).
+TEST_P(GroupedGemm, RowsAcrossSwapTilesStrided) {
+  MOEKIT_REQUIRE_GPU();
+  run_case(GetParam(), {{161, 65, 0, 130, 2}, 200, 384, 3, 128, 24}, test_seed());
 }
 
 TEST_P(GroupedGemm, MultiTileGrid) {
@@ -264,21 +298,55 @@ TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
   MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
 }
 
-TEST(GroupedGemmConfig, AutoPicksWideOnlyForManyRowsPerExpert) {
+TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   using gemm::GroupedGemmConfig;
   const auto bf16 = GroupedGemmType::kBF16, fp8 = GroupedGemmType::kFP8Block128;
   const auto a = GroupedGemmConfig::kAuto, wide = GroupedGemmConfig::kWide,
-             narrow = GroupedGemmConfig::kNarrow;
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 8192), wide);      // 1024 rows/expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 8, 8192), wide);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 256, 32768), wide);   // 128 rows/expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 256, 32768), narrow);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 256), narrow);     // 32 rows/expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 512), wide);       // 64 rows/expert
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, a, 8, 2), narrow);       // decode
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, a, 8, 0), narrow);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, wide, 8, 2), wide);
+             narrow = GroupedGemmConfig::kNarrow, swap = GroupedGemmConfig::kSwapWide;
+  auto pick = [&](GroupedGemmType t, int e, std::int64_t rows) {
+    return gemm::resolve_grouped_gemm_config(t, a, e, rows);
+  };
+  // (E, max_rows) of the benchmark presets at 1 / 64 / 512 / 4096 tokens.
+  EXPECT_EQ(pick(bf16, 8, 2), narrow);        // mixtral-8x7b, 1 token
+  EXPECT_EQ(pick(bf16, 8, 128), narrow);      // 64 tokens: 16 rows per expert
+  EXPECT_EQ(pick(bf16, 8, 1024), swap);       // 512 tokens: 128 rows per expert
+  EXPECT_EQ(pick(fp8, 8, 1024), swap);
+  EXPECT_EQ(pick(bf16, 8, 8192), wide);       // 4096 tokens: 1024 rows per expert
+  EXPECT_EQ(pick(fp8, 8, 8192), wide);
+  EXPECT_EQ(pick(bf16, 256, 32768), wide);    // deepseek-v3, 4096 tokens: 128 rows per expert
+  EXPECT_EQ(pick(fp8, 256, 32768), wide);
+  EXPECT_EQ(pick(bf16, 256, 4096), narrow);   // 512 tokens: 16 rows per expert
+  EXPECT_EQ(pick(fp8, 384, 32768), narrow);   // kimi-k2, 4096 tokens: 85 rows per expert
+  EXPECT_EQ(pick(bf16, 384, 32768), wide);
+  EXPECT_EQ(pick(bf16, 128, 32768), wide);    // qwen3-235b, 4096 tokens: 256 rows per expert
+  EXPECT_EQ(pick(fp8, 128, 32768), narrow);  // (no measured comparison: keeps the run-2 rule)
+  EXPECT_EQ(pick(fp8, 8, 0), narrow);         // no rows
+  EXPECT_EQ(pick(bf16, 8, 2048), wide);       // 256 rows per expert: past the swap_wide range
+  EXPECT_EQ(pick(fp8, 8, 2048), narrow);
+  EXPECT_EQ(pick(bf16, 17, 17 * 128), wide);  // 17 experts: no swap
+  EXPECT_EQ(pick(fp8, 17, 17 * 128), wide);
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);  // forced
+  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, swap, 256, 2), swap);
+  // kAuto only ever resolves to a config built for the type.
+  for (auto t : {bf16, fp8})
+    for (int e : {1, 8, 16, 17, 256})
+      for (std::int64_t r : {0, 1, 16, 32, 64, 95, 96, 128, 200, 255, 256, 512, 1024, 4096})
+        EXPECT_TRUE(gemm::grouped_gemm_config_built(t, gemm::auto_grouped_gemm_config(t, e, r)))
+            << gemm::grouped_gemm_type_name(t) << " E " << e << " rows " << r;
+}
+
+TEST(GroupedGemmConfig, NamesRoundTripAndBadNamesAreNamed) {
+  using gemm::GroupedGemmConfig;
+  for (auto c : {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
+                 GroupedGemmConfig::kSwapWide})
+    EXPECT_EQ(gemm::parse_grouped_gemm_config(gemm::grouped_gemm_config_name(c), "cfg"), c);
+  try {
+    gemm::parse_grouped_gemm_config("widest", "MOEKIT_GROUPED_GEMM_CONFIG");
+    ADD_FAILURE() << "no error for an unknown config name";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_GROUPED_GEMM_CONFIG: expected"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("widest"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GroupedGemm,
