@@ -333,14 +333,10 @@ void run_bench(const BenchOptions& o) {
         // The grouped-GEMM tile config (bf16 / fp8 CUTLASS); the W4A16 GEMM picks its own.
         std::string gemm_cfg_name = "w4a16";
         if (!w4) {
-          const auto gemm_cfg =
-              cfg_env && std::string(cfg_env) == "wide"     ? gemm::GroupedGemmConfig::kWide
-              : cfg_env && std::string(cfg_env) == "narrow" ? gemm::GroupedGemmConfig::kNarrow
-                                                            : gemm::resolve_grouped_gemm_config(
-                                                                  sch.fp8_peak
-                                                                      ? gemm::GroupedGemmType::kFP8Block128
-                                                                      : gemm::GroupedGemmType::kBF16,
-                                                                  gemm::GroupedGemmConfig::kAuto, e, r);
+          const auto type =
+              sch.fp8_peak ? gemm::GroupedGemmType::kFP8Block128 : gemm::GroupedGemmType::kBF16;
+          const auto gemm_cfg = gemm::resolve_grouped_gemm_config(
+              type, cuda::grouped_gemm_config_from_env(type), e, r);
           gemm_cfg_name = gemm::grouped_gemm_config_name(gemm_cfg);
           if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
         }

@@ -60,10 +60,9 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
 
 char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
-// Tuning override of the GEMM kernel config (benchmarks): MOEKIT_GROUPED_GEMM_CONFIG=<config> for
-// both types, or per type: "bf16:<config>,fp8_block:<config>" (a type left out keeps kAuto);
-// config names: grouped_gemm_config_name.
-gemm::GroupedGemmConfig config_from_env(gemm::GroupedGemmType t) {
+}  // namespace
+
+gemm::GroupedGemmConfig grouped_gemm_config_from_env(gemm::GroupedGemmType t) {
   const char* v = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
   if (v == nullptr) return gemm::GroupedGemmConfig::kAuto;
   const std::string all(v);
@@ -82,8 +81,6 @@ gemm::GroupedGemmConfig config_from_env(gemm::GroupedGemmType t) {
   return gemm::GroupedGemmConfig::kAuto;
 }
 
-}  // namespace
-
 struct GroupedGemmExperts::State {
   MoeProblem problem;
   Tensor w13_owned, w2_owned, w13_scales_owned, w2_scales_owned;
@@ -98,7 +95,7 @@ struct GroupedGemmExperts::State {
 GroupedGemmExperts::GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type)
     : type_(type), state_(std::make_unique<State>()) {
   state_->problem = problem;
-  state_->config = config_from_env(type);
+  state_->config = grouped_gemm_config_from_env(type);
 }
 
 GroupedGemmExperts::~GroupedGemmExperts() = default;

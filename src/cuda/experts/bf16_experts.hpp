@@ -44,6 +44,11 @@ class GroupedGemmExperts : public ModularExperts {
   std::unique_ptr<State> state_;
 };
 
+// Tuning override of the GEMM kernel config (benchmarks): MOEKIT_GROUPED_GEMM_CONFIG=<config> for
+// both types, or per type: "bf16:<config>,fp8_block:<config>" (a type left out keeps kAuto);
+// config names: grouped_gemm_config_name. kAuto when unset.
+gemm::GroupedGemmConfig grouped_gemm_config_from_env(gemm::GroupedGemmType t);
+
 namespace detail {
 
 // Support::yes() when device 0 is an SM90 GPU; otherwise why not ("no CUDA device", the other
