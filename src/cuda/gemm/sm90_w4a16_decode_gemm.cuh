@@ -129,20 +129,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // kPdl: before pdl_wait only expert_offsets, w and w_scales are read (a PDL
   // launch requires that the previous kernel writes none of them).
   if (wk == 0) {
-    int carry = 0;
-    if (lane == 0) tile_start[0] = 0;
-    for (int base = 0; base < p.num_experts; base += 32) {
-      const int e = base + lane;
-      const int rows = e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
-      int incl = (rows + Cfg::kTokens - 1) / Cfg::kTokens;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-        if (lane >= d) incl += v;
-      }
-      if (e < p.num_experts) tile_start[e + 1] = carry + incl;
-      carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
-    }
+    prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   }
   __syncthreads();
 

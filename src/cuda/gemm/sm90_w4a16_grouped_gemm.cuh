@@ -63,6 +63,27 @@ __device__ __forceinline__ int expert_offset(const Params& p, int e) {
   return p.expert_offsets ? p.expert_offsets[e] : (e == 0 ? 0 : p.m);
 }
 
+// Token tiles of kTokens rows per expert, prefix-summed by one warp (lane = its lane):
+// tile_start[e] .. tile_start[e + 1] are expert e's tiles; tile_start[E] is the total. The caller
+// synchronizes before reading tile_start.
+template <int kTokens>
+__device__ __forceinline__ void prefix_token_tiles(const Params& p, int lane, int* tile_start) {
+  int carry = 0;
+  if (lane == 0) tile_start[0] = 0;
+  for (int base = 0; base < p.num_experts; base += 32) {
+    const int e = base + lane;
+    const int rows = e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
+    int incl = (rows + kTokens - 1) / kTokens;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    if (e < p.num_experts) tile_start[e + 1] = carry + incl;
+    carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
+  }
+}
+
 // kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM 16-row tiles x
 // kTilesN 8-token tiles and every kWarpsK-th 64-wide K chunk.
 template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_,
@@ -239,20 +260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) w4a16_grouped_gemm_kernel(Param
   for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
   // Token tiles per expert, prefix-summed: tile_start[e] .. tile_start[e + 1].
   if (warp == 0) {
-    int carry = 0;
-    if (lane == 0) tile_start[0] = 0;
-    for (int base = 0; base < p.num_experts; base += 32) {
-      const int e = base + lane;
-      const int rows = e < p.num_experts ? expert_offset(p, e + 1) - expert_offset(p, e) : 0;
-      int incl = (rows + Cfg::kTokens - 1) / Cfg::kTokens;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-        if (lane >= d) incl += v;
-      }
-      if (e < p.num_experts) tile_start[e + 1] = carry + incl;
-      carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
-    }
+    prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   }
   __syncthreads();
 

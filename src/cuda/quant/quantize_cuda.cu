@@ -119,14 +119,7 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
         launch_fp4_rows<Kind::kMxfp4, false, T>(a, nullptr, sms, stream);
         return true;
       case QuantScheme::kNVFP4: {
-        auto* gs = static_cast<float*>(out.global_scale.data);
-        if (static_scale) {
-          MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
-                                            cudaMemcpyDeviceToDevice, stream));
-        } else {
-          quant_detail::launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
-        }
-        a.scale_in = gs;
+        a.scale_in = quant_detail::prepare_nvfp4_global_scale(a, load, out, static_scale, stream);
         quant_detail::launch_zero_padding(a, stream);
         launch_fp4_rows<Kind::kNvfp4, false, T>(a, nullptr, sms, stream);
         return true;

@@ -86,6 +86,21 @@ inline QuantArgs make_quant_args(std::int64_t batch, std::int64_t rows, std::int
   return a;
 }
 
+// NVFP4's per-matrix gs [B] into out.global_scale: the static scale copied, or computed from the
+// input's amax (pre-pass). Returns it (the kernels' scale_in).
+template <typename Loader>
+float* prepare_nvfp4_global_scale(const QuantArgs& a, const Loader& load, const QuantizedView& out,
+                                  const void* static_scale, cudaStream_t stream) {
+  auto* gs = static_cast<float*>(out.global_scale.data);
+  if (static_scale) {
+    MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
+                                      cudaMemcpyDeviceToDevice, stream));
+  } else {
+    launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
+  }
+  return gs;
+}
+
 // The schemes whose kernels only need a chunk loader: bf16, FP8 per-tensor, FP8 1x128, MXFP8,
 // MXFP4, NVFP4 (per-tensor gs). Returns false for the others (per-token, 128x128).
 template <typename Loader>
@@ -119,14 +134,7 @@ bool quantize_chunked(QuantArgs a, QuantScheme scheme, const Loader& load, const
       launch_chunks<Kind::kMxfp4>(a, load, stream);
       return true;
     case QuantScheme::kNVFP4: {
-      auto* gs = static_cast<float*>(out.global_scale.data);
-      if (static_scale) {
-        MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
-                                          cudaMemcpyDeviceToDevice, stream));
-      } else {
-        launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
-      }
-      a.scale_in = gs;
+      a.scale_in = prepare_nvfp4_global_scale(a, load, out, static_scale, stream);
       launch_zero_padding(a, stream);
       launch_chunks<Kind::kNvfp4>(a, load, stream);
       return true;
