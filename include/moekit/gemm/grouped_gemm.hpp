@@ -47,7 +47,7 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 // docs/kernels/bf16_fp8.md ("Run 3"):
 //   both: kSwapWide for 96..255 rows per expert when E <= 16 (Mixtral at 512 tokens); else
 //   bf16: kNarrow below 64 rows per expert, kWide from 64;
-//   fp8:  kWide for 128..255 and from 1024 rows per expert, kNarrow otherwise.
+//   fp8:  kWide from 128 rows per expert, kNarrow below.
 enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide };
 std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow", "swap_wide"
 // The config named `name` (one of the names above); throws moekit::Error naming `what` otherwise.

@@ -66,11 +66,12 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
   // bf16: narrow wins at <= 16 rows per expert, wide from 64 (run 2).
   if (t == GroupedGemmType::kBF16)
     return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
-  // fp8: wide from 1024 rows per expert (run 2) and at 128..255 with many experts (deepseek-v3
-  // 4096: wide 5251 vs narrow 5500 us in run 3, 5341 vs 5389 in run 2); 256..1023 (qwen3 at 4096
-  // tokens) keeps narrow: no measured comparison there yet.
-  return r >= 1024 || (r >= 128 && r < 256) ? GroupedGemmConfig::kWide
-                                             : GroupedGemmConfig::kNarrow;
+  // fp8: wide from 128 rows per expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us
+  // in run 3, 5341 vs 5389 in run 2), qwen3-235b-a22b / qwen3-30b-a3b 4096 (256 rows: 2023 vs
+  // 2133 and 761 vs 776 us), mixtral-8x7b 2048 (512 rows: 1808 vs 1936 us; session 3, 2026-12-01,
+  // bench/results/layer_20261201_fp8_wide_vs_narrow.json), from 1024 (run 2); narrow below
+  // (16 rows per expert: run 2).
+  return r >= 128 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
 }
 
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,

@@ -319,10 +319,10 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   EXPECT_EQ(pick(fp8, 384, 32768), narrow);   // kimi-k2, 4096 tokens: 85 rows per expert
   EXPECT_EQ(pick(bf16, 384, 32768), wide);
   EXPECT_EQ(pick(bf16, 128, 32768), wide);    // qwen3-235b, 4096 tokens: 256 rows per expert
-  EXPECT_EQ(pick(fp8, 128, 32768), narrow);  // (no measured comparison: keeps the run-2 rule)
+  EXPECT_EQ(pick(fp8, 128, 32768), wide);
   EXPECT_EQ(pick(fp8, 8, 0), narrow);         // no rows
   EXPECT_EQ(pick(bf16, 8, 2048), wide);       // 256 rows per expert: past the swap_wide range
-  EXPECT_EQ(pick(fp8, 8, 2048), narrow);
+  EXPECT_EQ(pick(fp8, 8, 2048), wide);
   EXPECT_EQ(pick(bf16, 17, 17 * 128), wide);  // 17 experts: no swap
   EXPECT_EQ(pick(fp8, 17, 17 * 128), wide);
   EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);  // forced
