@@ -150,7 +150,7 @@ void bench_quantize(double copy_gbs, bool quick, const std::string& filter, std:
   using moekit::ScaleLayout;
   const std::int64_t k = 7168;
   std::vector<std::int64_t> ms = quick ? std::vector<std::int64_t>{1, 4096}
-                                       : std::vector<std::int64_t>{1, 16, 128, 1024, 4096, 8192, 16384};
+                                       : std::vector<std::int64_t>{1, 16, 128, 1024, 2048, 3072, 4096, 4682, 8192, 16384};
   if (only_m > 0) ms = {only_m};
   struct Op {
     const char* name;
@@ -200,7 +200,9 @@ void bench_quantize(double copy_gbs, bool quick, const std::string& filter, std:
       const std::int64_t out_bytes = static_cast<std::int64_t>(vals[0].nbytes()) +
                                      (sh.scales.rank() ? static_cast<std::int64_t>(scales[0].nbytes()) : 0) +
                                      (sh.has_global_scale ? static_cast<std::int64_t>(gss[0].nbytes()) : 0);
-      const int per_graph = std::max(1, std::min(20, sets * 2));
+      // 20 calls per graph at every size (the graph launch is not the op's cost); the input sets
+      // rotate, and a set is re-read only after >= 256 MB (or, at one set, its own > 60 MB L2 size).
+      const int per_graph = 20;
       const Timing t = time_graph(
           [&](int i, cudaStream_t st_) {
             moekit::cuda::quantize(xs[i % sets], op.config, outs[i % sets],

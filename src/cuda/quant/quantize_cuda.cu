@@ -20,6 +20,7 @@ namespace moekit::cuda {
 
 namespace {
 
+using quant_detail::Fp4RowsGroups;
 using quant_detail::Kind;
 using quant_detail::QuantArgs;
 using quant_detail::RowLoader;
@@ -40,7 +41,6 @@ void launch_rows(const QuantArgs& a, float* row_scale_out, cudaStream_t stream) 
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-using quant_detail::Fp4RowsGroups;
 
 int multiprocessors() {
   int dev = 0, sms = 0;
@@ -51,12 +51,11 @@ int multiprocessors() {
 
 // The FP4 row-group kernel (quantize_fp4_rows.cuh): persistent, one CTA per SM (fewer when there
 // are fewer row groups).
-template <Kind kKind, bool kPerToken, typename T>
-void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
-  const std::int64_t rows = a.batch * a.rows;
-  if (rows == 0) return;
+template <Kind kKind, bool kPerToken, bool kScaleTable, typename T>
+void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
   using Cfg = Fp4RowsGroups;
-  const auto kernel = quant_detail::quantize_fp4_rows_kernel<Cfg, T, kKind, kPerToken>;
+  const std::int64_t rows = a.batch * a.rows;
+  const auto kernel = quant_detail::quantize_fp4_rows_kernel<Cfg, T, kKind, kPerToken, kScaleTable>;
   MOEKIT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const std::int64_t groups = (rows + Cfg::kGroups - 1) / Cfg::kGroups;
@@ -64,6 +63,19 @@ void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStre
       std::min<std::int64_t>(groups, static_cast<std::int64_t>(sms) * Cfg::kMinBlocks));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, row_scale_out);
   MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+template <Kind kKind, bool kPerToken, typename T>
+void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
+  if (a.batch * a.rows == 0) return;
+  // One NVFP4 gs for every row: the block scales' divisions come from a per-CTA table.
+  if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
+    if (a.batch == 1 && !a.scale_per_row) {
+      launch_fp4_rows_kernel<kKind, false, true, T>(a, row_scale_out, sms, stream);
+      return;
+    }
+  }
+  launch_fp4_rows_kernel<kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
 }
 
 // The process-wide FP4 kernel choice, first read from MOEKIT_QUANT_FP4_KERNEL (auto | rows |
@@ -81,11 +93,11 @@ std::atomic<int>& fp4_kernel_choice() {
 }
 
 // kAuto: the row-group kernel where it was measured faster than the chunk / row kernels (H200,
-// bf16 [M, 7168], bench/results/kernels_20261201_quant_fp4_rows.json): per-token NVFP4 from two
-// rows per row group (M = 1024: 13.0 vs 12.8 us, 4096: 34.1 vs 39.3, 16384: 115 vs 144), the
-// per-tensor and MX schemes from 16 (M = 8192: 61.1 vs 60.6 us, a tie; 16384: 111 vs 116 and
-// 104 vs 110; below, the chunk kernel is faster: M = 4096 34.5 vs 32.9). Fewer rows leave the
-// persistent CTAs with too little work to pay for their table and tail.
+// bf16 [M, 7168], 528 row groups; bench/results/kernels_20261201b_quant_fp4_v6_rows.json vs
+// _chunks.json, one run): per-token NVFP4 from 2 rows per row group (M = 1024: 12.4 vs 12.8 us,
+// 128: 6.6 vs 4.1), per-tensor NVFP4 from 3 (M = 1024: 12.1 vs 11.4, 2048: 17.4 vs 18.5), MXFP4
+// from 5 (M = 2048: 16.9 vs 16.3, 3072: 22.4 vs 23.1). Fewer rows leave the persistent CTAs with
+// too little work to pay for their tables and tail.
 bool use_fp4_rows_kernel(QuantScheme scheme, std::int64_t rows, int sms) {
   switch (static_cast<Fp4QuantizeKernel>(fp4_kernel_choice().load())) {
     case Fp4QuantizeKernel::kRows: return true;
@@ -93,7 +105,11 @@ bool use_fp4_rows_kernel(QuantScheme scheme, std::int64_t rows, int sms) {
     case Fp4QuantizeKernel::kAuto: break;
   }
   const std::int64_t per_group = rows / (static_cast<std::int64_t>(sms) * Fp4RowsGroups::kGroups);
-  return per_group >= (scheme == QuantScheme::kNVFP4PerToken ? 2 : 16);
+  switch (scheme) {
+    case QuantScheme::kNVFP4PerToken: return per_group >= 2;
+    case QuantScheme::kNVFP4: return per_group >= 3;
+    default: return per_group >= 5;
+  }
 }
 
 // NVFP4 (static or computed per-tensor gs, or per-token), MXFP4 of a 2-byte input with 16-byte
@@ -113,19 +129,25 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
       return false;
     const int sms = multiprocessors();
     if (!use_fp4_rows_kernel(scheme, a.batch * a.rows, sms)) return false;
+    // The kernel also writes the scale layout's padding (no separate kernel).
     switch (scheme) {
       case QuantScheme::kMXFP4:
-        quant_detail::launch_zero_padding(a, stream);
         launch_fp4_rows<Kind::kMxfp4, false, T>(a, nullptr, sms, stream);
         return true;
       case QuantScheme::kNVFP4: {
-        a.scale_in = quant_detail::prepare_nvfp4_global_scale(a, load, out, static_scale, stream);
-        quant_detail::launch_zero_padding(a, stream);
-        launch_fp4_rows<Kind::kNvfp4, false, T>(a, nullptr, sms, stream);
+        // A static gs goes straight to the kernel, which also copies it to the gs output; a
+        // computed one is reduced first (prepare_nvfp4_global_scale writes the output).
+        float* gs_copy = nullptr;
+        if (static_scale != nullptr) {
+          a.scale_in = static_cast<const float*>(static_scale);
+          gs_copy = static_cast<float*>(out.global_scale.data);
+        } else {
+          a.scale_in = quant_detail::prepare_nvfp4_global_scale(a, load, out, nullptr, stream);
+        }
+        launch_fp4_rows<Kind::kNvfp4, false, T>(a, gs_copy, sms, stream);
         return true;
       }
       case QuantScheme::kNVFP4PerToken:
-        quant_detail::launch_zero_padding(a, stream);
         launch_fp4_rows<Kind::kNvfp4, true, T>(a, static_cast<float*>(out.global_scale.data), sms,
                                                stream);
         return true;

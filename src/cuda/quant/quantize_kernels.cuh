@@ -61,7 +61,7 @@ __device__ __forceinline__ ScaleParam make_scale_param(float s) {
   p.s = s;
   if constexpr (kKind == Kind::kNvfp4) {
     p.gs_c6 = __fmul_rn(s, kRcp6);
-    p.inv_gs = __fdiv_rn(1.0f, s);
+    p.inv_gs = __frcp_rn(s);  // RN(1 / s): the correctly rounded reciprocal
   }
   return p;
 }
@@ -175,6 +175,10 @@ constexpr int kRowsPerThread = 4;
 template <typename T, bool kVec>
 struct RowLoader {
   static constexpr int kRowsPerStep = kRowsPerThread;  // memory-bound: rows for bytes in flight
+  // 2-byte elements read with 16-byte vectors: the absmax pre-pass reads the input as one flat
+  // array of packed values (flat_absmax_kernel).
+  static constexpr bool kFlat2Byte = kVec && sizeof(T) == 2;
+  using Elem = T;
   const T* x;
   std::int64_t k;
   __device__ __forceinline__ void operator()(std::int64_t grow, std::int64_t col,
@@ -498,29 +502,52 @@ __global__ void amax_to_scale_kernel(float* scale, std::int64_t batch, bool nvfp
   scale[b] = nvfp4 ? nvfp4_global_scale(scale[b]) : fp8_tensor_scale(scale[b]);
 }
 
-// Writes 0 to the padding bytes of swizzled block-scale buffers (rows >= M or columns >= Kb).
+// Writes 0 to the padding bytes of a swizzled block-scale buffer (rows >= M or columns >= Kb), the
+// share [part, part + parts, ...) of them: only the padding entries are enumerated (the rows past M
+// with every column, then the columns past Kb of every row), 32-bit index math within a matrix.
+__device__ __forceinline__ void zero_scale_padding_share(std::uint8_t* scales, std::int64_t batch,
+                                                         std::int64_t rows, std::int64_t kb,
+                                                         ScaleLayout layout, std::int64_t part,
+                                                         std::int64_t parts) {
+  if (layout == ScaleLayout::kLinear) return;
+  const std::int64_t mp = scale_padded_rows(layout, rows);
+  const std::int64_t kp = scale_padded_cols(layout, kb);
+  const std::int64_t row_pad = (mp - rows) * kp;  // < 128 * kp
+  const std::int64_t col_pad = rows * (kp - kb);  // kp - kb < 4
+  const std::int64_t per_matrix = row_pad + col_pad;
+  const std::int64_t total = batch * per_matrix;
+  for (std::int64_t i = part; i < total; i += parts) {
+    const std::int64_t b = batch == 1 ? 0 : i / per_matrix;
+    const std::int64_t o = i - b * per_matrix;
+    std::int64_t r, c;
+    if (o < row_pad) {
+      const auto q = static_cast<std::uint32_t>(o), ukp = static_cast<std::uint32_t>(kp);
+      r = rows + q / ukp;
+      c = q % ukp;
+    } else {
+      const auto q = static_cast<std::uint32_t>(o - row_pad), w = static_cast<std::uint32_t>(kp - kb);
+      r = q / w;
+      c = kb + q % w;
+    }
+    scales[b * mp * kp + scale_row_offset(layout, r, kb) + scale_col_offset(layout, c)] = 0;
+  }
+}
+
 template <typename = void>
 __global__ void zero_scale_padding_kernel(std::uint8_t* scales, std::int64_t batch,
                                           std::int64_t rows, std::int64_t kb, ScaleLayout layout) {
+  zero_scale_padding_share(scales, batch, rows, kb, layout,
+                           static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                           static_cast<std::int64_t>(gridDim.x) * blockDim.x);
+}
+
+// Number of padding bytes of one swizzled scale buffer (0 for linear) of `batch` matrices.
+__host__ __device__ inline std::int64_t scale_padding_bytes(std::int64_t batch, std::int64_t rows,
+                                                            std::int64_t kb, ScaleLayout layout) {
+  if (layout == ScaleLayout::kLinear) return 0;
   const std::int64_t mp = scale_padded_rows(layout, rows);
   const std::int64_t kp = scale_padded_cols(layout, kb);
-  const std::int64_t tk = kp / 4;
-  const std::int64_t total = batch * mp * kp;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < total; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t o = i % (mp * kp);
-    std::int64_t r, c;
-    if (layout == ScaleLayout::kSwizzled128x4) {
-      const std::int64_t w = o % 512, t = o / 512;
-      r = 128 * (t / tk) + 32 * ((w % 16) / 4) + w / 16;
-      c = 4 * (t % tk) + (w % 4);
-    } else {
-      const std::int64_t w = o % 32, t = o / 32;
-      r = 8 * (t / tk) + w / 4;
-      c = 4 * (t % tk) + (w % 4);
-    }
-    if (r >= rows || c >= kb) scales[i] = 0;
-  }
+  return batch * ((mp - rows) * kp + rows * (kp - kb));
 }
 
 }  // namespace moekit::cuda::quant_detail

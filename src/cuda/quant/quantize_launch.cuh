@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/quant/absmax_packed.cuh"
 #include "cuda/quant/quantize_kernels.cuh"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
@@ -37,7 +38,20 @@ void launch_chunks(const QuantArgs& a, const Loader& load, cudaStream_t stream) 
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-// amax pre-pass + in-place conversion into the per-matrix scale buffer `scale` [B].
+// Whether a loader reads 2-byte elements with 16-byte vectors from one [B*M, K] array
+// (RowLoader<bf16 / f16, true>); fused loaders compute their elements.
+template <typename Loader>
+constexpr bool flat_2byte_loader() {
+  if constexpr (requires { Loader::kFlat2Byte; }) {
+    return Loader::kFlat2Byte;
+  } else {
+    return false;
+  }
+}
+
+// amax pre-pass + in-place conversion into the per-matrix scale buffer `scale` [B]. 2-byte inputs
+// read with 16-byte vectors take the flat packed kernel (absmax_packed.cuh; a matrix is one
+// contiguous array), the others the loader's chunk kernel.
 template <typename Loader>
 void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, bool nvfp4,
                          cudaStream_t stream) {
@@ -45,12 +59,27 @@ void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, b
       cudaMemsetAsync(scale, 0, static_cast<std::size_t>(a.batch) * sizeof(float), stream));
   const std::int64_t per_row = (a.k + kChunk - 1) / kChunk;
   if (per_row > 0 && a.rows > 0) {
-    // About 4 waves of CTAs in total; each thread then loops over rows.
-    const std::int64_t gx = (per_row + kChunkThreads - 1) / kChunkThreads;
-    const std::int64_t gy = std::clamp<std::int64_t>(4096 / (gx * a.batch), 1, std::min<std::int64_t>(a.rows, 65535));
-    absmax_kernel<Loader><<<dim3(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy),
-                                 static_cast<unsigned int>(a.batch)),
-                            kChunkThreads, 0, stream>>>(load, a.rows, a.k, scale);
+    if constexpr (flat_2byte_loader<Loader>()) {
+      const std::int64_t words = a.rows * a.k / 8;
+      int dev = 0, sms = 0;
+      MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+      MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      // 8 CTAs of 256 threads per SM over all matrices, each CTA looping over its share.
+      const std::int64_t per_cta = static_cast<std::int64_t>(kFlatAbsmaxThreads) * kFlatAbsmaxLoads;
+      const std::int64_t gx = std::clamp<std::int64_t>(
+          std::min<std::int64_t>((words + per_cta - 1) / per_cta, 8LL * sms / a.batch), 1, 65535);
+      flat_absmax_kernel<typename Loader::Elem>
+          <<<dim3(static_cast<unsigned int>(gx), static_cast<unsigned int>(a.batch)),
+             kFlatAbsmaxThreads, 0, stream>>>(load.x, a.rows * a.k, scale);
+    } else {
+      // About 4 waves of CTAs in total; each thread then loops over rows.
+      const std::int64_t gx = (per_row + kChunkThreads - 1) / kChunkThreads;
+      const std::int64_t gy =
+          std::clamp<std::int64_t>(4096 / (gx * a.batch), 1, std::min<std::int64_t>(a.rows, 65535));
+      absmax_kernel<Loader><<<dim3(static_cast<unsigned int>(gx), static_cast<unsigned int>(gy),
+                                   static_cast<unsigned int>(a.batch)),
+                              kChunkThreads, 0, stream>>>(load, a.rows, a.k, scale);
+    }
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
   amax_to_scale_kernel<><<<blocks_for(a.batch), kThreads, 0, stream>>>(scale, a.batch, nvfp4);
@@ -58,11 +87,7 @@ void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, b
 }
 
 inline void launch_zero_padding(const QuantArgs& a, cudaStream_t stream) {
-  if (a.layout == ScaleLayout::kLinear) return;
-  const std::int64_t mp = scale_padded_rows(a.layout, a.rows);
-  const std::int64_t kp = scale_padded_cols(a.layout, a.kb);
-  if (mp == a.rows && kp == a.kb) return;
-  const std::int64_t total = a.batch * mp * kp;
+  const std::int64_t total = scale_padding_bytes(a.batch, a.rows, a.kb, a.layout);
   if (total == 0) return;
   zero_scale_padding_kernel<><<<std::min<unsigned int>(blocks_for(total), 4096), kThreads, 0,
                               stream>>>(static_cast<std::uint8_t*>(a.scales), a.batch, a.rows,

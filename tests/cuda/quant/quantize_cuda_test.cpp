@@ -165,6 +165,10 @@ std::vector<Shape> shapes_for(QuantScheme s) {
   out.push_back(Shape{37, 8192});
   out.push_back(Shape{3, 8704});
   out.push_back(Shape{1100, 2048});
+  // Its units per thread: K = 2880 (180 units) and 4608 (288) run the 2- and 4-unit kernels with
+  // threads past the row end (K = 2048 and 8192 fill 1 and 4 units exactly).
+  out.push_back(Shape{67, 2880});
+  out.push_back(Shape{2, 9, 4608});
   return out;
 }
 
@@ -215,6 +219,12 @@ TEST(QuantizeCudaStatic, StaticScalesMatchReference) {
     check_case(QuantConfig{QuantScheme::kNVFP4, l, ScaleRule::kRceil}, DType::kF32,
                Shape{3, 33, 64}, true, rng);
   }
+  // Static gs through the FP4 row-group kernel (which copies it to the gs output itself), one
+  // per matrix of a batch, bf16 and f16, 2 and 4 units per thread.
+  check_case(QuantConfig{QuantScheme::kNVFP4, ScaleLayout::kSwizzled128x4}, DType::kBF16,
+             Shape{3, 33, 4608}, true, rng);
+  check_case(QuantConfig{QuantScheme::kNVFP4, ScaleLayout::kLinear}, DType::kF16, Shape{2, 130, 2880},
+             true, rng);
   check_case(QuantConfig{QuantScheme::kFP8PerTensor}, DType::kBF16, Shape{127, 200}, true, rng);
 }
 
