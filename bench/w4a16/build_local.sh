@@ -9,7 +9,6 @@ $CXX -c src/cuda/gemm/sm90_w4a16_weight_shuffle.cpp -o $B/shuffle.o
 $CXX -c src/cuda/runtime/device_runtime.cpp -o $B/devrt.o
 $CXX -c tests/cuda/gemm_w4/w4a16_grouped_gemm_test.cpp -o $B/test.o
 $CXX -c tests/cuda/gemm_w4/w4a16_wgmma_test.cpp -o $B/test_wgmma.o
-$CXX -c tests/cuda/gemm_w4/w4a16_bulk_decode_test.cpp -o $B/test_bulk.o
 $CXX -c tests/cuda/gemm_w4/fp4_linear_test.cpp -o $B/test_linear.o
 $CXX -c src/cpu/linear/fp4_linear_reference.cpp -o $B/linear_ref.o
 $CXX -c src/cuda/linear/sm90_fp4_linear.cpp -o $B/linear.o
@@ -25,6 +24,6 @@ if [ "${1:-}" != "nosweep" ]; then
   $NVCC -Xptxas -v bench/w4a16/w4a16_wgmma_sweep.cu $B/gemm.o $B/wgmma.o $B/shuffle.o -lcublas \
     -o $B/w4a16_wgmma_sweep > $B/ptxas_sweep.log 2>&1 || { cat $B/ptxas_sweep.log; exit 1; }
 fi
-g++ -o $B/w4a16_tests $B/test.o $B/test_wgmma.o $B/test_bulk.o $B/test_linear.o $B/linear_ref.o $B/linear.o $B/gemm.o $B/wgmma.o $B/shuffle.o $B/devrt.o -L/usr/local/cuda/lib64 -lgtest -lgtest_main -lcudart_static -lpthread -ldl -lrt
+g++ -o $B/w4a16_tests $B/test.o $B/test_wgmma.o $B/test_linear.o $B/linear_ref.o $B/linear.o $B/gemm.o $B/wgmma.o $B/shuffle.o $B/devrt.o -L/usr/local/cuda/lib64 -lgtest -lgtest_main -lcudart_static -lpthread -ldl -lrt
 /usr/local/cuda/bin/nvcc -o $B/w4a16_bench $B/bench.o $B/gemm.o $B/wgmma.o $B/shuffle.o -lcublas
 echo built

@@ -17,11 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cuda/gemm/sm90_w4a16_decode_select.cuh"
 #include "moekit/gemm/w4a16.hpp"
 
 using namespace moekit::gemm;
-using moekit::gemm::sm90_w4a16::Decode8Kernel;
 
 #define CK(x)                                                                              \
   do {                                                                                     \
@@ -230,30 +228,27 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * m * p.topk * 3.0 * p.h * p.i;
         const double floor_s = std::max(wbytes / bw, flops / peak);
 
-        // (tile, k_split, GEMM2 launched as a PDL dependent of GEMM1, decode8 kernel): auto
-        // first (the library's choice), then forced ones; "/ks1" = cluster split-K off (the v3
-        // behaviour), "/pdl" = GEMM2 overlaps GEMM1's tail, "/bulk" = decode8's bulk-copy ring
-        // (2026-12-01b) instead of the library's default, "/reg" = its register ring.
+        // (tile, k_split, GEMM2 launched as a PDL dependent of GEMM1): auto
+        // first (the library's choice), then forced ones; "/ks1" = cluster
+        // split-K off (the v3 behaviour), "/pdl" = GEMM2 overlaps GEMM1's tail.
         struct Row {
           W4Tile tile;
           int k_split;
           bool pdl;
-          Decode8Kernel kernel = Decode8Kernel::kAuto;
         };
         std::vector<Row> tiles = {{W4Tile::kAuto, 0, false}, {W4Tile::kAuto, 0, true}};
         if (m <= 64)
           tiles.insert(tiles.end(), {{W4Tile::kAuto, 1, false},
-                                     {W4Tile::kAuto, 0, false, Decode8Kernel::kBulkRing},
-                                     {W4Tile::kAuto, 0, true, Decode8Kernel::kBulkRing},
-                                     {W4Tile::kAuto, 1, false, Decode8Kernel::kBulkRing}});
+                                     {W4Tile::kDecode8, 0, false},
+                                     {W4Tile::kDecode16, 0, false},
+                                     {W4Tile::kMid32, 0, false}});
         else
           tiles.insert(tiles.end(), {{W4Tile::kMid32, 0, false},
                                      {W4Tile::kLarge, 0, false},
                                      {W4Tile::kWgmma, 0, false}});
         if (m == 512) tiles.push_back({W4Tile::kDecode16, 0, false});  // 16 rows/expert (v5)
-        for (const auto& [tile, k_split, pdl, kernel] : tiles) {
+        for (const auto& [tile, k_split, pdl] : tiles) {
           auto layer = [&](const Routing& s) {
-            moekit::gemm::sm90_w4a16::ScopedDecode8Kernel select(kernel);
             W4A16GemmArgs g1;
             g1.format = f;
             g1.epilogue = p.act;
@@ -318,10 +313,7 @@ int main(int argc, char** argv) {
           const std::string tname =
               w4_tile_name(tile) +
               (tile == W4Tile::kAuto ? "(" + w4_tile_name(w4a16_resolve_tile(probe)) + ")" : "") +
-              (k_split == 1 ? "/ks1" : "") + (pdl ? "/pdl" : "") +
-              (kernel == Decode8Kernel::kRegisterRing ? "/reg"
-               : kernel == Decode8Kernel::kBulkRing  ? "/bulk"
-                                                     : "");
+              (k_split == 1 ? "/ks1" : "") + (pdl ? "/pdl" : "");
           std::printf("%-16s %-6s %5d %-18s %9.1f %9.1f %7.3f %9.1f %.1f\n", p.name,
                       w4_format_name(f).c_str(), m, tname.c_str(), t_s * 1e6, floor_s * 1e6,
                       floor_s / t_s, flops / t_s / 1e12, d);

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cuda/gemm/sm90_w4a16_bulk_decode_gemm.cuh"
 #include "../../src/cuda/gemm/sm90_w4a16_decode_gemm.cuh"
 #include "../../src/cuda/gemm/sm90_w4a16_grouped_gemm.cuh"
 #include "moekit/gemm/w4a16.hpp"
@@ -119,9 +118,6 @@ auto kernel_of(int epi) {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return epi ? w4a16_grouped_gemm_kernel<Cfg, true, 1, kSkip>
                : w4a16_grouped_gemm_kernel<Cfg, true, 0, kSkip>;
-  } else if constexpr (requires { Cfg::kBulk; }) {
-    return epi ? w4a16_bulk_decode_gemm_kernel<Cfg, true, 1, false, kSkip>
-               : w4a16_bulk_decode_gemm_kernel<Cfg, true, 0, false, kSkip>;
   } else {
     return epi ? w4a16_decode_gemm_kernel<Cfg, true, 1> : w4a16_decode_gemm_kernel<Cfg, true, 0>;
   }
@@ -204,7 +200,7 @@ void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t s
   const double t = ms[ms.size() / 2] * 1e-3;
   const double bytes = s.distinct * p.n * p.k * 0.5625;
   int per_sm = 0;
-  auto kernel = kernel_of<Cfg, kSkip>(p.epi);
+  auto kernel = kernel_of<Cfg, kSkip>(0);
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
                                                    Cfg::smem_bytes(p.e)));
   const double flops = 2.0 * p.m * p.topk * double(p.n) * p.k;
@@ -247,47 +243,46 @@ int main(int argc, char** argv) {
   const bool profile = argc > 1 && std::string(argv[1]) == "profile";
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
-  // 2026-12-01b: the bulk-copy decode kernel (BulkDecodeConfig<K-warps, row tiles, token tiles,
-  // chunks per stage, stages, CTAs/SM>) against the register-ring decode8 configurations.
   const std::vector<Problem> problems = {
-      {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},     {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
-      {128, 8, 1, 3072, 4096, 1, "qwen3 M1 gemm1"},    {128, 8, 1, 4096, 1536, 0, "qwen3 M1 gemm2"},
-      {128, 4, 1, 5760, 2880, 1, "gptoss M1 gemm1"},   {128, 4, 1, 2880, 2880, 0, "gptoss M1 gemm2"},
-      {8, 2, 1, 4096, 14336, 0, "mixtral M1 gemm2"},   {256, 8, 8, 4096, 7168, 1, "dsv3 M8 gemm1"},
-      {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"},   {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
-      {128, 8, 8, 3072, 4096, 1, "qwen3 M8 gemm1"},    {128, 8, 8, 4096, 1536, 0, "qwen3 M8 gemm2"},
-      {8, 2, 8, 28672, 4096, 1, "mixtral M8 gemm1"},   {8, 2, 8, 4096, 14336, 0, "mixtral M8 gemm2"},
-      {128, 8, 64, 3072, 4096, 1, "qwen3 M64 gemm1"},  {128, 8, 64, 4096, 1536, 0, "qwen3 M64 gemm2"},
-      {256, 8, 64, 4096, 7168, 1, "dsv3 M64 gemm1"},   {256, 8, 64, 7168, 2048, 0, "dsv3 M64 gemm2"},
+      {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},
+      {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
+      {128, 8, 1, 3072, 4096, 1, "qwen3 M1 gemm1"},
+      {128, 4, 1, 2880, 2880, 0, "gptoss M1 gemm2"},
+      {8, 2, 1, 28672, 4096, 1, "mixtral M1 gemm1"},
+      {8, 2, 1, 4096, 14336, 0, "mixtral M1 gemm2"},
+      {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"},
+      {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
+      {8, 2, 64, 28672, 4096, 1, "mixtral M64 gemm1"},
+      {8, 2, 64, 4096, 14336, 0, "mixtral M64 gemm2"},
+      {256, 8, 64, 4096, 7168, 1, "dsv3 M64 gemm1"},
+      {256, 8, 64, 7168, 2048, 0, "dsv3 M64 gemm2"},
   };
   using D8 = DecodeConfig<4, 2, 1, 4, 4>;
   for (const Problem& p : problems) {
     Setup s = make_setup(p, p.epi == 1);
-    if (profile) {  // one launch each of the 64-row register and bulk kernels (for ncu)
-      if (p.m == 64 && p.e == 256 && p.epi == 1) {
-        launch<DecodeConfig<4, 4, 1, 2, 4>, false>(p, s, 0, stream, false);
-        launch<BulkDecodeConfig<4, 4, 1, 2, 2, 4>, false>(p, s, 1, stream, false);
+    if (profile) {
+      if (p.m == 1) {
+        launch<D8, false>(p, s, 0, stream, false);
         CK(cudaStreamSynchronize(stream));
       }
+    } else if (p.m == 64 && p.e == 8) {
+      stream_read(p, s, stream);
+      measure<DecodeConfig<2, 1, 2, 4, 8>>("decode16 <2,1,2,4,8>", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 4, 4>>("mid32 <4,1,1,2,4,4>", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 4, 6>>("<4,1,1,2,4,6> 6 stages", p, s, stream);
+      measure<TileConfig<4, 1, 1, 4, 4, 4>>("<4,1,1,4,4,4> 256x32", p, s, stream);
+      measure<TileConfig<8, 1, 1, 2, 4, 4>>("<8,1,1,2,4,4> 256x32", p, s, stream);
+      measure<TileConfig<4, 1, 1, 2, 8, 4>>("large <4,1,1,2,8,4>", p, s, stream);
     } else {
       stream_read(p, s, stream);
-      measure<D8>("reg <4,2,1,4,4> (32 rows)", p, s, stream);
-      measure<DecodeConfig<4, 4, 1, 2, 4>>("reg <4,4,1,2,4> (64 rows)", p, s, stream);
-      measure<BulkDecodeConfig<4, 4, 1, 2, 2, 4>>("bulk <4,4,1,2,2,4>", p, s, stream);
-      measure<BulkDecodeConfig<4, 4, 1, 1, 4, 4>>("bulk <4,4,1,1,4,4>", p, s, stream);
-      measure<BulkDecodeConfig<4, 4, 1, 2, 3, 3>>("bulk <4,4,1,2,3,3>", p, s, stream);
-      measure<BulkDecodeConfig<4, 4, 1, 4, 2, 3>>("bulk <4,4,1,4,2,3>", p, s, stream);
-      measure<BulkDecodeConfig<8, 4, 1, 2, 2, 2>>("bulk <8,4,1,2,2,2>", p, s, stream);
-      measure<BulkDecodeConfig<4, 2, 1, 2, 4, 4>>("bulk <4,2,1,2,4,4> (32)", p, s, stream);
-      measure<BulkDecodeConfig<4, 2, 1, 4, 3, 3>>("bulk <4,2,1,4,3,3> (32)", p, s, stream);
-      measure<BulkDecodeConfig<4, 4, 1, 2, 2, 4>, true>("bulk <4,4,1,2,2,4> copy-only", p, s,
-                                                        stream);
-      if (p.m == 1) {
-        measure<BulkDecodeConfig<4, 4, 1, 2, 2, 4>>("bulk <4,4,1,2,2,4> cl2", p, s, stream, false,
-                                                    2);
-        measure<BulkDecodeConfig<4, 2, 1, 2, 4, 4>>("bulk <4,2,1,2,4,4> cl2", p, s, stream, false,
-                                                    2);
-      }
+      measure<D8>("decode8 <4,2,1,4,4>", p, s, stream);
+      measure<D8>("decode8 cluster2", p, s, stream, false, 2);
+      measure<DecodeConfig<4, 4, 1, 2, 4>>("wide <4,4,1,2,4>", p, s, stream);
+      measure<DecodeConfig<4, 4, 1, 2, 4>>("wide cluster2", p, s, stream, false, 2);
+      measure<DecodeConfig<4, 4, 1, 4, 2>>("<4,4,1,4,2> ring 4", p, s, stream);
+      measure<DecodeConfig<2, 4, 1, 2, 8>>("<2,4,1,2,8> 2 K-warps", p, s, stream);
+      measure<DecodeConfig<8, 4, 1, 2, 2>>("<8,4,1,2,2> 8 K-warps", p, s, stream);
+      measure<DecodeConfig<4, 6, 1, 2, 3>>("<4,6,1,2,3> 96 rows", p, s, stream);
     }
     CK(cudaFree(s.w));
     CK(cudaFree(s.s));

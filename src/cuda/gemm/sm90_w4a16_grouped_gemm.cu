@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -13,9 +12,7 @@
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/w4a16.hpp"
-#include "sm90_w4a16_bulk_decode_gemm.cuh"
 #include "sm90_w4a16_decode_gemm.cuh"
-#include "sm90_w4a16_decode_select.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_gemm.cuh"
 
@@ -39,16 +36,6 @@ using Decode8 = DecodeConfig<4, 2, 1, 4, 4>;
 // tiles through a 2-deep ring (four independent MMA / dequant chains; v4 sweep:
 // 10-25% faster than two tiles x 4 deep, slower when units are scarce).
 using Decode8Wide = DecodeConfig<4, 4, 1, 2, 4>;
-// decode8 with the weights streamed by bulk copies into a per-warp shared-memory ring
-// (sm90_w4a16_bulk_decode_gemm.cuh, 2026-12-01b): 64 rows x 8 tokens, 4 K-warps, stages of 4
-// row tiles x 2 chunks (4.5 KB), 2 stages per warp, 4 CTAs per SM (~55 KB shared memory, 128
-// registers); the 32-row one (units scarce): 2 row tiles x 2 chunks, 4 stages, 4 CTAs per SM.
-using Decode8Bulk = BulkDecodeConfig<4, 4, 1, 2, 2, 4>;
-using Decode8BulkNarrow = BulkDecodeConfig<4, 2, 1, 2, 4, 4>;
-// What Decode8Kernel::kAuto runs (see the switch in kDecode8 below). false: the 2026-12-01b run
-// measured the bulk ring 2-8% slower than the register ring at the layer (both instruction-bound;
-// bench/results/w4a16_20261201b_bulk_ring_layer.json), so it is opt-in.
-constexpr bool kDecode8BulkByDefault = false;
 using Decode16 = DecodeConfig<2, 1, 2, 4, 8>;
 // decode16 with enough units (v5): 64 rows x 16 tokens, 4 K-warps of four
 // 16-row tiles x two 8-token tiles, ring 2, 3 CTAs per SM (up to 168
@@ -78,8 +65,6 @@ template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl>
 constexpr auto kernel_for() {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
-  } else if constexpr (requires { Cfg::kBulk; }) {
-    return w4a16_bulk_decode_gemm_kernel<Cfg, kNvfp4, kEpi, kPdl>;
   } else {
     return w4a16_decode_gemm_kernel<Cfg, kNvfp4, kEpi, kPdl>;
   }
@@ -237,18 +222,7 @@ void dispatch_format_epilogue(const W4A16GemmArgs& args, const Params& params) {
   MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
 }
 
-std::atomic<int> g_decode8_kernel{static_cast<int>(sm90_w4a16::Decode8Kernel::kAuto)};
-
 }  // namespace
-
-namespace sm90_w4a16 {
-void set_decode8_kernel(Decode8Kernel kernel) {
-  g_decode8_kernel.store(static_cast<int>(kernel), std::memory_order_relaxed);
-}
-Decode8Kernel decode8_kernel() {
-  return static_cast<Decode8Kernel>(g_decode8_kernel.load(std::memory_order_relaxed));
-}
-}  // namespace sm90_w4a16
 
 bool w4a16_available() { return true; }
 
@@ -326,19 +300,6 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   resolved.tile = w4a16_resolve_tile(args);
   switch (resolved.tile) {
     case W4Tile::kDecode8: {
-      // Bulk-copy ring when chosen (kAuto: kDecode8BulkByDefault) and the scales are 16-byte
-      // aligned (bulk copies need 16-byte aligned sources), else the register ring.
-      const bool scales16 = reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0;
-      const Decode8Kernel choice = decode8_kernel();
-      const bool bulk = choice == Decode8Kernel::kBulkRing ||
-                        (choice == Decode8Kernel::kAuto && kDecode8BulkByDefault);
-      if (scales16 && bulk) {
-        const bool wide =
-            estimated_units(resolved, Decode8Bulk::kTokens, Decode8Bulk::kRows) * 2 >=
-            cta_slots(resolved, Decode8Bulk::kMinBlocks);
-        return wide ? dispatch_format_epilogue<Decode8Bulk>(resolved, params)
-                    : dispatch_format_epilogue<Decode8BulkNarrow>(resolved, params);
-      }
       // Wide when its units fill at least half of the CTA slots (4 per SM).
       const bool wide = estimated_units(resolved, Decode8Wide::kTokens, Decode8Wide::kRows) * 2 >=
                         cta_slots(resolved, Decode8Wide::kMinBlocks);

@@ -51,9 +51,8 @@ int multiprocessors() {
 
 // The FP4 row-group kernel (quantize_fp4_rows.cuh): persistent, one CTA per SM (fewer when there
 // are fewer row groups).
-template <Kind kKind, bool kPerToken, bool kScaleTable, typename T>
+template <typename Cfg, Kind kKind, bool kPerToken, bool kScaleTable, typename T>
 void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
-  using Cfg = Fp4RowsGroups;
   const std::int64_t rows = a.batch * a.rows;
   const auto kernel = quant_detail::quantize_fp4_rows_kernel<Cfg, T, kKind, kPerToken, kScaleTable>;
   MOEKIT_CUDA_CHECK(
@@ -65,17 +64,38 @@ void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, int sms, c
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
+// The row-group width: by K (fp4_rows_use_224), or forced with MOEKIT_QUANT_FP4_ROWS_THREADS=256|224
+// (benchmarks and tests compare the two; any other value: by K).
+int fp4_rows_threads_override() {
+  static const int v = [] {
+    const char* e = std::getenv("MOEKIT_QUANT_FP4_ROWS_THREADS");
+    if (e != nullptr && std::strcmp(e, "256") == 0) return 256;
+    if (e != nullptr && std::strcmp(e, "224") == 0) return 224;
+    return 0;
+  }();
+  return v;
+}
+
 template <Kind kKind, bool kPerToken, typename T>
 void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
   if (a.batch * a.rows == 0) return;
+  const int forced = fp4_rows_threads_override();
+  const bool use224 = forced == 224 || (forced == 0 && quant_detail::fp4_rows_use_224(a.k / 16));
   // One NVFP4 gs for every row: the block scales' divisions come from a per-CTA table.
+  const bool table = kKind == Kind::kNvfp4 && !kPerToken && a.batch == 1 && !a.scale_per_row;
   if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
-    if (a.batch == 1 && !a.scale_per_row) {
-      launch_fp4_rows_kernel<kKind, false, true, T>(a, row_scale_out, sms, stream);
+    if (table) {
+      if (use224)
+        launch_fp4_rows_kernel<quant_detail::Fp4RowsGroups224, kKind, false, true, T>(a, row_scale_out, sms, stream);
+      else
+        launch_fp4_rows_kernel<Fp4RowsGroups, kKind, false, true, T>(a, row_scale_out, sms, stream);
       return;
     }
   }
-  launch_fp4_rows_kernel<kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+  if (use224)
+    launch_fp4_rows_kernel<quant_detail::Fp4RowsGroups224, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+  else
+    launch_fp4_rows_kernel<Fp4RowsGroups, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
 }
 
 // The process-wide FP4 kernel choice, first read from MOEKIT_QUANT_FP4_KERNEL (auto | rows |

@@ -43,7 +43,7 @@ template <int kRowThreads_, int kGroups_, int kStages_, int kMinBlocks_>
 struct Fp4RowsConfig {
   static constexpr int kRowThreads = kRowThreads_, kGroups = kGroups_, kStages = kStages_;
   static constexpr int kMinBlocks = kMinBlocks_;
-  static constexpr int kUnits = kFp4MaxUnits / kRowThreads;
+  static constexpr int kUnits = (kFp4MaxUnits + kRowThreads - 1) / kRowThreads;
   static constexpr int kThreads = kGroups * kRowThreads;
   static constexpr int kWarpsPerRow = kRowThreads / 32;
   // Shared memory: the pair table, the row buffers, their barriers, the per-token warp maxima,
@@ -54,7 +54,7 @@ struct Fp4RowsConfig {
   static constexpr int kSlotsOffset = kBarsOffset + kGroups * kStages * 8;
   static constexpr int kScaleTableOffset = kSlotsOffset + 2 * kGroups * kWarpsPerRow * 4;
   static constexpr int kSmemBytes = kScaleTableOffset + 256 * 4;
-  static_assert(kUnits >= 1 && kFp4MaxUnits % kRowThreads == 0, "whole units per thread");
+  static_assert(kRowThreads % 32 == 0, "whole warps per row group");
 };
 // 4 groups of 256 threads x 2 row buffers (~193 KB of shared memory, 1024 threads, 2 units per
 // thread), one CTA per SM: up to 8 rows (~115 KB at K = 7168) in flight per SM. Measured against
@@ -63,6 +63,14 @@ struct Fp4RowsConfig {
 // slower once the pair table's bank conflicts were gone; before that, 6 groups with the row in
 // registers were within +-3% and a whole CTA of 512 threads per row 15-35% slower.
 using Fp4RowsGroups = Fp4RowsConfig<256, 4, 2, 1>;
+// For rows of 385..448 units (6144 < K <= 7168): 224 threads per group, so that every warp
+// encodes exactly 2 units at K = 7168 instead of warps 6-7 of a 256-thread group one (they idle
+// at the group's barriers); per-token NVFP4, H200 M = 4682: 31.4 vs 33.2 us.
+using Fp4RowsGroups224 = Fp4RowsConfig<224, 4, 2, 1>;
+// Which of the two a row of `units` units runs on.
+__host__ __device__ constexpr bool fp4_rows_use_224(std::int64_t units) {
+  return units > 384 && units <= 448;
+}
 
 // Whether this kernel handles a row of K elements (K % 16 == 0: FP4 schemes guarantee it).
 __host__ __device__ constexpr bool fp4_rows_kernel_fits(std::int64_t k) {

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gemm/sm90_w4a16_decode_select.cuh"
 #include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
@@ -157,33 +156,23 @@ void run_case(const Case& c, std::uint32_t seed) {
   // tiles' cluster split-K (k = 320 is 5 chunks: with 3 x 4 or 8 x 2 K-warps
   // some warps and CTAs get no chunk), filled / capped grids. 12-13: wgmma
   // (128 x 128; m = 1024 gives full token tiles and narrower tails, n = 80 /
-  // 112 a partial 128-row tile). decode8 variants name their kernel (the
-  // register ring, v4/v5, or the bulk-copy ring, 2026-12-01b) so both stay
-  // covered whichever is the default; 14-17: the bulk ring, full / capped grid,
-  // 2- and 3-CTA clusters.
-  using sm90_w4a16::Decode8Kernel;
-  constexpr Decode8Kernel kReg = Decode8Kernel::kRegisterRing, kBulk = Decode8Kernel::kBulkRing;
+  // 112 a partial 128-row tile).
   struct Variant {
     W4Tile tile;
     int max_ctas, k_split;
-    Decode8Kernel kernel = Decode8Kernel::kAuto;
   };
   const Variant variants[] = {
-      {W4Tile::kDecode8, 0, 1, kReg}, {W4Tile::kDecode16, 0, 1},      {W4Tile::kMid32, 0, 1},
-      {W4Tile::kLarge, 0, 1},         {W4Tile::kDecode8, 3, 1, kReg}, {W4Tile::kDecode16, 3, 1},
-      {W4Tile::kMid32, 3, 1},         {W4Tile::kLarge, 3, 1},         {W4Tile::kDecode8, 0, 2, kReg},
-      {W4Tile::kDecode8, 3, 3, kReg}, {W4Tile::kDecode16, 0, 8},      {W4Tile::kDecode16, 8, 4},
-      {W4Tile::kWgmma, 0, 1},         {W4Tile::kWgmma, 3, 1},         {W4Tile::kDecode8, 0, 1, kBulk},
-      {W4Tile::kDecode8, 3, 1, kBulk}, {W4Tile::kDecode8, 0, 2, kBulk},
-      {W4Tile::kDecode8, 3, 3, kBulk},
+      {W4Tile::kDecode8, 0, 1}, {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
+      {W4Tile::kLarge, 0, 1},   {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
+      {W4Tile::kMid32, 3, 1},   {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
+      {W4Tile::kDecode8, 3, 3}, {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
+      {W4Tile::kWgmma, 0, 1},   {W4Tile::kWgmma, 3, 1},
   };
   for (const Variant& v : variants) {
     const W4Tile tile = v.tile;
     const int max_ctas = v.max_ctas;
     SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas) +
-                 " k_split " + std::to_string(v.k_split) +
-                 (v.kernel == kReg ? " register ring" : v.kernel == kBulk ? " bulk ring" : ""));
-    sm90_w4a16::ScopedDecode8Kernel select(v.kernel);
+                 " k_split " + std::to_string(v.k_split));
     W4A16GemmArgs args;
     args.format = c.format;
     args.epilogue = c.epi;
@@ -264,9 +253,7 @@ INSTANTIATE_TEST_SUITE_P(All, W4A16Gemm, ::testing::ValuesIn(all_cases()));
 // Every (code, scale byte) pair through the kernel's dequant: identity
 // activations make each output element one dequantized weight, which is exact
 // in bf16 (so compared bitwise). The large mma.sync tile and the wgmma tile
-// (its dequant feeds the wgmma A registers; K-permuted activations), and
-// decode8 with both of its kernels (the bulk-copy ring: shared-memory codes and
-// scales).
+// (its dequant feeds the wgmma A registers; K-permuted activations).
 TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
   MOEKIT_REQUIRE_GPU();
   for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
@@ -301,19 +288,8 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     args.w = d_w.ptr;
     args.w_scales = d_s.ptr;
     args.out = d_out.ptr;
-    using sm90_w4a16::Decode8Kernel;
-    struct Variant {
-      W4Tile tile;
-      Decode8Kernel kernel;
-    };
-    for (const Variant v : {Variant{W4Tile::kLarge, Decode8Kernel::kAuto},
-                            Variant{W4Tile::kWgmma, Decode8Kernel::kAuto},
-                            Variant{W4Tile::kDecode8, Decode8Kernel::kBulkRing},
-                            Variant{W4Tile::kDecode8, Decode8Kernel::kRegisterRing}}) {
-      const W4Tile tile = v.tile;
-      SCOPED_TRACE(w4_tile_name(tile) +
-                   (v.kernel == Decode8Kernel::kRegisterRing ? " register ring" : ""));
-      sm90_w4a16::ScopedDecode8Kernel select(v.kernel);
+    for (W4Tile tile : {W4Tile::kLarge, W4Tile::kWgmma}) {
+      SCOPED_TRACE(w4_tile_name(tile));
       args.tile = tile;
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
       w4a16_grouped_gemm(args);
@@ -490,21 +466,13 @@ TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
     w4a16_grouped_gemm(g1);
     w4a16_grouped_gemm(second);
   };
-  // decode8: the register ring and the bulk-copy ring.
-  using sm90_w4a16::Decode8Kernel;
   struct Variant {
     W4Tile tile;
     int k_split;
-    Decode8Kernel kernel = Decode8Kernel::kAuto;
   };
-  constexpr Decode8Kernel kReg = Decode8Kernel::kRegisterRing, kBulk = Decode8Kernel::kBulkRing;
-  for (const Variant v :
-       {Variant{W4Tile::kDecode8, 1, kReg}, Variant{W4Tile::kDecode8, 2, kReg},
-        Variant{W4Tile::kDecode8, 1, kBulk}, Variant{W4Tile::kDecode8, 2, kBulk},
-        Variant{W4Tile::kDecode16, 0}, Variant{W4Tile::kMid32, 0}}) {
-    SCOPED_TRACE("tile " + w4_tile_name(v.tile) + " k_split " + std::to_string(v.k_split) +
-                 (v.kernel == kReg ? " register ring" : v.kernel == kBulk ? " bulk ring" : ""));
-    sm90_w4a16::ScopedDecode8Kernel select(v.kernel);
+  for (const Variant v : {Variant{W4Tile::kDecode8, 1}, Variant{W4Tile::kDecode8, 2},
+                          Variant{W4Tile::kDecode16, 0}, Variant{W4Tile::kMid32, 0}}) {
+    SCOPED_TRACE("tile " + w4_tile_name(v.tile) + " k_split " + std::to_string(v.k_split));
     W4A16GemmArgs plain = g2;
     plain.tile = v.tile;
     plain.k_split = v.k_split;

@@ -165,10 +165,12 @@ std::vector<Shape> shapes_for(QuantScheme s) {
   out.push_back(Shape{37, 8192});
   out.push_back(Shape{3, 8704});
   out.push_back(Shape{1100, 2048});
-  // Its units per thread: K = 2880 (180 units) and 4608 (288) run the 2- and 4-unit kernels with
-  // threads past the row end (K = 2048 and 8192 fill 1 and 4 units exactly).
+  // Its warps' unit counts: K = 2880 (180 units) and 4608 (288) on 256-thread groups and
+  // K = 6400 (400) on 224-thread groups have warps with fewer units and lanes past the row end
+  // (K = 2048 / 7168 / 8192 fill theirs exactly).
   out.push_back(Shape{67, 2880});
   out.push_back(Shape{2, 9, 4608});
+  out.push_back(Shape{67, 6400});
   return out;
 }
 
