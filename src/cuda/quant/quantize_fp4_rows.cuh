@@ -187,7 +187,8 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
 template <int N, int kUnits, int kRowThreads, typename T, Kind kKind, bool kScaleTable>
 __device__ __forceinline__ void encode_row_units(const QuantArgs& a, const uint4 (&raw)[kUnits][2],
                                                  const float (&unit_max)[kUnits], const ScaleParam& sp,
-                                                 const float* scale_table, int gt,
+                                                 const float* scale_table,
+                                                 const std::uint32_t (&sf_col)[kUnits], int gt,
                                                  int units_per_row, bool lead, std::uint8_t* out_row,
                                                  std::uint8_t* sf_out, const std::uint8_t* pairs) {
   constexpr int kScaleBlockUnits = scale_block<kKind>() / 16;
@@ -218,7 +219,7 @@ __device__ __forceinline__ void encode_row_units(const QuantArgs& a, const uint4
     const int u = gt + kRowThreads * j;
     if (u < units_per_row) {
       *reinterpret_cast<uint2*>(out_row + 8 * u) = codes[j];
-      if (lead) sf_out[scale_col_offset(a.layout, u / kScaleBlockUnits)] = sf[j];
+      if (lead) sf_out[sf_col[j]] = sf[j];
     }
   }
 }
@@ -229,15 +230,17 @@ __device__ __forceinline__ void encode_row_units_upto(int n, const QuantArgs& a,
                                                       const uint4 (&raw)[kUnits][2],
                                                       const float (&unit_max)[kUnits],
                                                       const ScaleParam& sp, const float* scale_table,
-                                                      int gt, int units_per_row, bool lead,
+                                                      const std::uint32_t (&sf_col)[kUnits], int gt,
+                                                      int units_per_row, bool lead,
                                                       std::uint8_t* out_row, std::uint8_t* sf_out,
                                                       const std::uint8_t* pairs) {
   if (n == N) {
     encode_row_units<N, kUnits, kRowThreads, T, kKind, kScaleTable>(
-        a, raw, unit_max, sp, scale_table, gt, units_per_row, lead, out_row, sf_out, pairs);
+        a, raw, unit_max, sp, scale_table, sf_col, gt, units_per_row, lead, out_row, sf_out, pairs);
   } else if constexpr (N > 1) {
     encode_row_units_upto<N - 1, kUnits, kRowThreads, T, kKind, kScaleTable>(
-        n, a, raw, unit_max, sp, scale_table, gt, units_per_row, lead, out_row, sf_out, pairs);
+        n, a, raw, unit_max, sp, scale_table, sf_col, gt, units_per_row, lead, out_row, sf_out,
+        pairs);
   }
 }
 
@@ -318,6 +321,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       scale_padded_rows(a.layout, a.rows) * scale_padded_cols(a.layout, a.kb);
   const bool lead = kScaleBlockUnits == 1 || (gt % 2) == 0;
   const int warp_first_unit = gt - gt % 32;
+  // Column parts of this thread's scale-byte offsets, the same for every row (32 bits: within
+  // one row of 128 padded rows x Kb columns).
+  std::uint32_t sf_col[kUnits];
+#pragma unroll
+  for (int j = 0; j < kUnits; ++j)
+    sf_col[j] = static_cast<std::uint32_t>(
+        scale_col_offset(a.layout, (gt + kRowThreads * j) / kScaleBlockUnits));
   // The buffer barrier of this group, and (per-token) the one of its row amax.
   const int buffer_barrier = 1 + group;
   const int amax_barrier = 1 + Cfg::kGroups + group;
@@ -396,7 +406,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
 
     encode_row_units_upto<kUnits, kUnits, kRowThreads, T, kKind, kScaleTable>(
-        warp_units, a, raw, unit_max, sp, scale_table, gt, units_per_row, lead,
+        warp_units, a, raw, unit_max, sp, scale_table, sf_col, gt, units_per_row, lead,
         static_cast<std::uint8_t*>(a.values) + row * (a.k / 2),
         static_cast<std::uint8_t*>(a.scales) + sf_row, pairs);
   }
