@@ -200,8 +200,8 @@ void bench_quantize(double copy_gbs, bool quick, const std::string& filter, std:
       const std::int64_t out_bytes = static_cast<std::int64_t>(vals[0].nbytes()) +
                                      (sh.scales.rank() ? static_cast<std::int64_t>(scales[0].nbytes()) : 0) +
                                      (sh.has_global_scale ? static_cast<std::int64_t>(gss[0].nbytes()) : 0);
-      // 20 calls per graph at every size (the graph launch is not the op's cost); the input sets
-      // rotate, and a set is re-read only after >= 256 MB (or, at one set, its own > 60 MB L2 size).
+      // 20 calls per graph at every size (the graph launch is not the op's cost); call i reads
+      // input set i % sets (the sets above: one input of >= 128 MB, else up to 16 over ~256 MB).
       const int per_graph = 20;
       const Timing t = time_graph(
           [&](int i, cudaStream_t st_) {
@@ -382,12 +382,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
       return 1;
     }
+    // The FP4 kernel choices this run was made with (unset: the library's defaults).
     const char* fp4_kernel = std::getenv("MOEKIT_QUANT_FP4_KERNEL");
+    const char* fp4_threads = std::getenv("MOEKIT_QUANT_FP4_ROWS_THREADS");
     std::fprintf(f, "{\n  \"tool\": \"moekit_kernel_bench\",\n  \"date\": \"%s\",\n  \"gpu\": \"%s\",\n"
-                 "  \"sms\": %d,\n  \"fp4_quantize_kernel\": \"%s\",\n  \"copy_gb_per_s\": %.1f,\n"
+                 "  \"sms\": %d,\n  \"fp4_quantize_kernel\": \"%s\",\n"
+                 "  \"fp4_rows_threads\": \"%s\",\n  \"copy_gb_per_s\": %.1f,\n"
                  "  \"results\": [\n%s\n  ]\n}\n",
-                 date, prop.name, prop.multiProcessorCount, fp4_kernel ? fp4_kernel : "rows", copy_gbs,
-                 json_rows.c_str());
+                 date, prop.name, prop.multiProcessorCount, fp4_kernel ? fp4_kernel : "auto",
+                 fp4_threads ? fp4_threads : "by K", copy_gbs, json_rows.c_str());
     std::fclose(f);
     std::printf("\nwrote %s\n", out_path.c_str());
   }

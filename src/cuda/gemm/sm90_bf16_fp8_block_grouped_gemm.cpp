@@ -3,7 +3,6 @@
 // CUTLASS headers the kernels are not compiled and every entry point says so.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
@@ -102,30 +101,6 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 }  // namespace
 
 #if MOEKIT_WITH_CUTLASS
-namespace detail {
-
-SchedulerOverride scheduler_override() {
-  static const SchedulerOverride o = [] {
-    SchedulerOverride r;
-    if (const char* v = std::getenv("MOEKIT_GROUPED_GEMM_RASTER"); v != nullptr && *v != 0) {
-      const std::string s(v);
-      if (s != "m" && s != "n")
-        throw_arg_error("grouped_gemm", "MOEKIT_GROUPED_GEMM_RASTER", "m or n", s);
-      r.raster = s[0];
-    }
-    if (const char* v = std::getenv("MOEKIT_GROUPED_GEMM_SWIZZLE"); v != nullptr && *v != 0) {
-      const std::string s(v);
-      if (s != "1" && s != "2" && s != "4" && s != "8")
-        throw_arg_error("grouped_gemm", "MOEKIT_GROUPED_GEMM_SWIZZLE", "1, 2, 4 or 8", s);
-      r.swizzle = std::stoi(s);
-    }
-    return r;
-  }();
-  return o;
-}
-
-}  // namespace detail
-
 namespace {
 
 struct Launcher {

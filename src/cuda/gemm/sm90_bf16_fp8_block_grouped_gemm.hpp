@@ -25,15 +25,6 @@ void fp8_block_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t fp8_block_swap_wide_grouped_gemm_workspace_bytes(int num_experts);
 void fp8_block_swap_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 
-// Tuning overrides of the persistent tile scheduler, read once from the environment (benchmarks
-// only; 0 = the kernel's default): MOEKIT_GROUPED_GEMM_RASTER=m|n (tile order M- or N-fastest),
-// MOEKIT_GROUPED_GEMM_SWIZZLE=1|2|4|8 (CUTLASS max_swizzle_size).
-struct SchedulerOverride {
-  char raster = 0;
-  int swizzle = 0;
-};
-SchedulerOverride scheduler_override();
-
 // Bytes of the per-expert argument arrays, rounded so the CUTLASS scratch that follows is aligned.
 constexpr std::size_t kWorkspaceAlign = 256;
 constexpr std::size_t align_up(std::size_t x) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 
 namespace moekit::gemm {
@@ -94,12 +95,7 @@ __global__ void silu_and_mul_quant_fp8_kernel(const __nv_bfloat16* __restrict__ 
 }
 
 int grid_for(long long max_rows, long long inter) {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  static const int sms = cuda::current_device_multiprocessors();
   const long long work = max_rows * (inter / kVec);
   const long long blocks = (work + kThreads - 1) / kThreads;
   return static_cast<int>(std::max(1ll, std::min(blocks, static_cast<long long>(sms) * 16)));

@@ -191,10 +191,6 @@ typename Gemm::Arguments make_arguments(int num_experts, const ArgArrays& w) {
   // tiles that share a weight tile adjacent, so the second one reads it from L2.
   using Raster = decltype(args.scheduler.raster_order);
   if constexpr (kSwapAB) args.scheduler.raster_order = Raster::AlongN;
-  const SchedulerOverride o = scheduler_override();  // tuning: MOEKIT_GROUPED_GEMM_{RASTER,SWIZZLE}
-  if (o.raster == 'm') args.scheduler.raster_order = Raster::AlongM;
-  if (o.raster == 'n') args.scheduler.raster_order = Raster::AlongN;
-  if (o.swizzle > 0) args.scheduler.max_swizzle_size = o.swizzle;
   auto& fusion = args.epilogue.thread;
   fusion.alpha = 1.0f;
   fusion.beta = 0.0f;

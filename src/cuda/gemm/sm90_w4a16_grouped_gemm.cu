@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/w4a16.hpp"
 #include "sm90_w4a16_decode_gemm.cuh"
@@ -52,12 +53,7 @@ using Mid32 = TileConfig<4, 1, 1, 2, 4, 4>;
 using Large = TileConfig<4, 1, 1, 2, 8, 4>;
 
 int multiprocessors() {
-  static const int count = [] {
-    int dev = 0, sms = 0;
-    MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
+  static const int count = cuda::current_device_multiprocessors();
   return count;
 }
 

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "cuda/runtime/sm90_bulk_copy.cuh"
+
 namespace moekit::gemm::sm90_w4a16 {
 
 // The weight dequant yields e2m1 * 2^-126 (bit placement), the scale multiplier
@@ -111,9 +113,7 @@ struct TileConfig {
 };
 
 // ---- device helpers ----
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
+using cuda::sm90::smem_addr;
 
 __device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, bool valid) {
   const int bytes = valid ? 16 : 0;  // 0: zero-fill (rows past the expert's end, K tail)

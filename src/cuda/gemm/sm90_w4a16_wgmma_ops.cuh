@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cuda/runtime/sm90_bulk_copy.cuh"
+
 namespace moekit::gemm::sm90_w4a16 {
 
 // Before the first wgmma of a batch whose register operands (A, accumulators)
@@ -50,42 +52,12 @@ __device__ __forceinline__ std::uint64_t smem_desc_k_major_sw128(std::uint32_t s
   return start | (kLeadingByteOffset << 16) | (kStrideByteOffset << 32) | (kSwizzle128B << 62);
 }
 
-// ---- mbarrier + bulk async copies (async proxy: a fence.proxy.async of other
-// threads' generic accesses does not wait for them; completion is observed
-// through the mbarrier, which also makes the data visible to the waiters) ----
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes mbarrier.init visible to the async proxy (before any bulk copy uses
-// it).
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// One arrival that also expects `bytes` of bulk-copy transactions this phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// Waits for the completion of the phase with parity `parity`.
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// bytes (multiple of 16, both addresses 16-byte aligned) global -> this CTA's
-// shared memory, completing `bytes` transactions on mbarrier `bar`.
-__device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src,
-                                              std::uint32_t bytes, std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
+// mbarrier + bulk async copies: the shared SM90 helpers.
+using cuda::sm90::bulk_copy_g2s;
+using cuda::sm90::fence_mbar_init;
+using cuda::sm90::mbar_arrive_expect_tx;
+using cuda::sm90::mbar_init;
+using cuda::sm90::mbar_wait;
 
 // d[N/8][4] (+)= A (64 x 16, registers) x B (N x 16 from the descriptor);
 // scale_d = 0 overwrites d. One specialisation per N (code generated: the asm

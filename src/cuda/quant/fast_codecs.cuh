@@ -139,9 +139,6 @@ __device__ __forceinline__ float e4m3_to_float_fast(std::uint8_t b) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xFFFFu)));
 }
 
-// NVFP4 block scale (codecs.hpp nvfp4_block_scale) with the per-tensor (or per-row) invariants
-// gs_c6 = RN(gs * RN(1/6)) and inv_gs = RN(1 / gs) computed once by the caller: the same operations
-// with the same roundings, so the same bits.
 // The element multiplier of an NVFP4 block (vmax != 0) whose scale byte is b:
 // min(RN(1 / RN(e4m3(b) * inv_gs)), FLT_MAX) (NaN bytes: FLT_MAX).
 // RN(1 / d) is the correctly rounded reciprocal: rcp.rn (fewer instructions than div.rn, the same
@@ -152,6 +149,9 @@ __device__ __forceinline__ float nvfp4_out_scale_of_byte(std::uint8_t b, float i
   return out_scale < kFltMax ? out_scale : kFltMax;
 }
 
+// NVFP4 block scale (codecs.hpp nvfp4_block_scale) with the per-tensor (or per-row) invariants
+// gs_c6 = RN(gs * RN(1/6)) and inv_gs = RN(1 / gs) computed once by the caller: the same operations
+// with the same roundings, so the same bits.
 __device__ __forceinline__ float nvfp4_block_scale_fast(float vmax, float gs_c6, float inv_gs,
                                                         std::uint8_t* sf_byte) {
   const float sf = vmax != 0.0f ? __fmul_rn(vmax, gs_c6) : 0.0f;

@@ -14,6 +14,7 @@
 #include "cuda/quant/quantize_dispatch.cuh"
 #include "cuda/quant/quantize_fp4_rows.cuh"
 #include "cuda/quant/quantize_launch.cuh"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 
 namespace moekit::cuda {
@@ -39,14 +40,6 @@ void launch_rows(const QuantArgs& a, float* row_scale_out, cudaStream_t stream) 
   quant_detail::quantize_rows_kernel<T, kKind, kVec>
       <<<static_cast<unsigned int>(rows), threads, 0, stream>>>(a, row_scale_out);
   MOEKIT_CUDA_CHECK_LAUNCH();
-}
-
-
-int multiprocessors() {
-  int dev = 0, sms = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return std::max(sms, 1);
 }
 
 // The FP4 row-group kernel (quantize_fp4_rows.cuh): persistent, one CTA per SM (fewer when there
@@ -79,23 +72,22 @@ int fp4_rows_threads_override() {
 template <Kind kKind, bool kPerToken, typename T>
 void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
   if (a.batch * a.rows == 0) return;
-  const int forced = fp4_rows_threads_override();
-  const bool use224 = forced == 224 || (forced == 0 && quant_detail::fp4_rows_use_224(a.k / 16));
-  // One NVFP4 gs for every row: the block scales' divisions come from a per-CTA table.
-  const bool table = kKind == Kind::kNvfp4 && !kPerToken && a.batch == 1 && !a.scale_per_row;
-  if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
-    if (table) {
-      if (use224)
-        launch_fp4_rows_kernel<quant_detail::Fp4RowsGroups224, kKind, false, true, T>(a, row_scale_out, sms, stream);
-      else
-        launch_fp4_rows_kernel<Fp4RowsGroups, kKind, false, true, T>(a, row_scale_out, sms, stream);
-      return;
+  auto launch = [&](auto cfg_tag) {
+    using Cfg = typename decltype(cfg_tag)::type;
+    // One NVFP4 gs for every row: the block scales' divisions come from a per-CTA table.
+    if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
+      if (a.batch == 1 && !a.scale_per_row) {
+        launch_fp4_rows_kernel<Cfg, kKind, false, true, T>(a, row_scale_out, sms, stream);
+        return;
+      }
     }
-  }
-  if (use224)
-    launch_fp4_rows_kernel<quant_detail::Fp4RowsGroups224, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+    launch_fp4_rows_kernel<Cfg, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+  };
+  const int forced = fp4_rows_threads_override();
+  if (forced == 224 || (forced == 0 && quant_detail::fp4_rows_use_224(a.k / 16)))
+    launch(quant_detail::TypeTag<quant_detail::Fp4RowsGroups224>{});
   else
-    launch_fp4_rows_kernel<Fp4RowsGroups, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+    launch(quant_detail::TypeTag<Fp4RowsGroups>{});
 }
 
 // The process-wide FP4 kernel choice, first read from MOEKIT_QUANT_FP4_KERNEL (auto | rows |
@@ -147,7 +139,7 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
     if (scheme != QuantScheme::kMXFP4 && scheme != QuantScheme::kNVFP4 &&
         scheme != QuantScheme::kNVFP4PerToken)
       return false;
-    const int sms = multiprocessors();
+    const int sms = std::max(current_device_multiprocessors(), 1);
     if (!use_fp4_rows_kernel(scheme, a.batch * a.rows, sms)) return false;
     // The kernel also writes the scale layout's padding (no separate kernel).
     switch (scheme) {
@@ -156,13 +148,15 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
         return true;
       case QuantScheme::kNVFP4: {
         // A static gs goes straight to the kernel, which also copies it to the gs output; a
-        // computed one is reduced first (prepare_nvfp4_global_scale writes the output).
+        // computed one is reduced into the output first (the amax pre-pass).
+        auto* gs_out = static_cast<float*>(out.global_scale.data);
         float* gs_copy = nullptr;
         if (static_scale != nullptr) {
           a.scale_in = static_cast<const float*>(static_scale);
-          gs_copy = static_cast<float*>(out.global_scale.data);
+          gs_copy = gs_out;
         } else {
-          a.scale_in = quant_detail::prepare_nvfp4_global_scale(a, load, out, nullptr, stream);
+          quant_detail::launch_tensor_scale(a, load, gs_out, /*nvfp4=*/true, stream);
+          a.scale_in = gs_out;
         }
         launch_fp4_rows<Kind::kNvfp4, false, T>(a, gs_copy, sms, stream);
         return true;

@@ -5,16 +5,16 @@
 // Why a second FP4 kernel: the chunk kernel is issue-bound on FP4 (ncu: ~400 instructions per
 // 16-element unit) and its per-token variant needs two CTA barriers per row. Here:
 //  * a thread owns whole 16-element units (one NVFP4 block: its scale once, no shuffle);
-//  * a group of 128 threads (4 warps) owns a row, each thread up to 4 units of it (K <= 8192);
-//    per-row work (the scale-byte row offset, the gs invariants, the per-token amax) is paid once
-//    per row, and the per-token amax needs one named barrier of the group;
+//  * a group of 256 threads (224 for 6144 < K <= 7168) owns a row, each thread up to 2 (3) units
+//    of it (K <= 8192); per-row work (the scale-byte row offset, the gs invariants, the per-token
+//    amax) is paid once per row, and the per-token amax needs one named barrier of the group;
 //  * rows arrive in shared memory through the copy engine (one bulk copy per row, two row buffers
 //    per group), so the next rows are in flight while one is encoded, at no register cost;
 //  * e2m1 codes come two at a time from a 64 KB shared-memory table indexed by the two e4m3 bytes
-//    of an element pair (kE2m1OfE4m3 applied to both bytes, packed as the output byte): one LDS per
-//    two elements and no per-element shifts, against one LDS + extract + shift + or per element
-//    (~150 instead of ~250 SASS instructions per unit);
-//  * the CTAs are persistent (one per SM), so the table is built once per SM.
+//    of an element pair (kE2m1OfE4m3 applied to both bytes, packed as the output byte, stored
+//    XOR-swizzled against bank conflicts): one LDS per two elements and no per-element shifts;
+//  * with one NVFP4 gs, the block multipliers come from a 256-entry table per CTA;
+//  * the CTAs are persistent (one per SM), so the tables are built once per SM.
 // The element math (scale multiply, round-to-odd, e4m3 conversion, table) and the block scales
 // are the exhaustively verified ones of fast_codecs.cuh. quantize_cuda.cu picks this kernel or the
 // chunk / row kernels by size (Fp4QuantizeKernel); both are tested byte for byte.
@@ -29,6 +29,7 @@
 #include "cuda/quant/fast_codecs.cuh"
 #include "cuda/quant/quant_device.cuh"
 #include "cuda/quant/quantize_kernels.cuh"
+#include "cuda/runtime/sm90_bulk_copy.cuh"
 
 namespace moekit::cuda::quant_detail {
 
@@ -151,33 +152,13 @@ __device__ __forceinline__ float unit_absmax(const uint4 (&raw)[2]) {
   return packed_absmax_value<T>(m);
 }
 
-// ---- bulk-copy staging (the SM90 copy engine) ----
-__device__ __forceinline__ std::uint32_t shared_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(count) : "memory");
-}
-// Arms `bar` for `bytes` of copy-engine traffic and copies [src, src + bytes) to dst (shared).
-// bytes % 16 == 0, src and dst 16-byte aligned.
-__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, std::uint32_t bytes,
-                                                    std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          shared_addr(dst)),
-      "l"(src), "r"(bytes), "r"(shared_addr(bar))
-      : "memory");
-}
-// Waits until the phase of `bar` with this parity has completed (its copy has landed).
-__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n"
-      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}" ::"r"(
-          shared_addr(bar)),
-      "r"(parity)
-      : "memory");
+// Arms `bar` for `bytes` of copy-engine traffic and copies [src, src + bytes) to dst (a row
+// buffer in shared memory). bytes % 16 == 0, src and dst 16-byte aligned.
+__device__ __forceinline__ void stage_row_copy(void* dst, const void* src, std::uint32_t bytes,
+                                               std::uint64_t* bar) {
+  const std::uint32_t b = sm90::smem_addr(bar);
+  sm90::mbar_arrive_expect_tx(b, bytes);
+  sm90::bulk_copy_g2s(sm90::smem_addr(dst), src, bytes, b);
 }
 
 // Encodes a thread's first N units of a row (N: its warp's unit count, the same for all lanes):
@@ -288,16 +269,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float* group_max_slots = reinterpret_cast<float*>(fp4_smem + Cfg::kSlotsOffset);  // [2][groups][warps]
   float* scale_table = reinterpret_cast<float*>(fp4_smem + Cfg::kScaleTableOffset);
   const auto* x = static_cast<const std::uint8_t*>(a.x);
-
   // The first kStages rows of each group go out before the tables are built (they overlap it).
   if (gt == 0) {
-    for (int st = 0; st < kStages; ++st) mbarrier_init(&bars[st], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int st = 0; st < kStages; ++st) sm90::mbar_init(sm90::smem_addr(&bars[st]), 1);
+    sm90::fence_mbar_init();
     for (int st = 0; st < kStages; ++st) {
       const std::int64_t row = first_row + st * row_step;
       if (row < total_rows)
-        bulk_copy_to_shared(stage_buf + st * Cfg::kRowBytes, x + row * row_bytes, row_bytes,
-                            &bars[st]);
+        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + row * row_bytes, row_bytes, &bars[st]);
     }
   }
   // A static NVFP4 gs is also the op's global-scale output: copied here instead of by a separate
@@ -345,7 +324,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   int it = 0;
   for (std::int64_t row = first_row; row < total_rows; row += row_step, ++it) {
     const int st = it % kStages;
-    mbarrier_wait(&bars[st], static_cast<std::uint32_t>((it / kStages) & 1));
+    sm90::mbar_wait(sm90::smem_addr(&bars[st]), static_cast<std::uint32_t>((it / kStages) & 1));
     const std::uint8_t* buf = stage_buf + st * Cfg::kRowBytes;
     uint4 raw[kUnits][2];
 #pragma unroll
@@ -368,8 +347,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (gt == 0) {
       const std::int64_t next = row + kStages * row_step;
       if (next < total_rows)
-        bulk_copy_to_shared(stage_buf + st * Cfg::kRowBytes, x + next * row_bytes, row_bytes,
-                            &bars[st]);
+        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + next * row_bytes, row_bytes, &bars[st]);
     }
     const std::int64_t b = a.batch == 1 ? 0 : row / a.rows;
     const std::int64_t r = a.batch == 1 ? row : row % a.rows;

@@ -11,6 +11,7 @@
 #include "cuda/quant/absmax_packed.cuh"
 #include "cuda/quant/quantize_kernels.cuh"
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/quant/quantize.hpp"
 
@@ -61,9 +62,7 @@ void launch_tensor_scale(const QuantArgs& a, const Loader& load, float* scale, b
   if (per_row > 0 && a.rows > 0) {
     if constexpr (flat_2byte_loader<Loader>()) {
       const std::int64_t words = a.rows * a.k / 8;
-      int dev = 0, sms = 0;
-      MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-      MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      const int sms = current_device_multiprocessors();
       // 8 CTAs of 256 threads per SM over all matrices, each CTA looping over its share.
       const std::int64_t per_cta = static_cast<std::int64_t>(kFlatAbsmaxThreads) * kFlatAbsmaxLoads;
       const std::int64_t gx = std::clamp<std::int64_t>(
@@ -111,19 +110,19 @@ inline QuantArgs make_quant_args(std::int64_t batch, std::int64_t rows, std::int
   return a;
 }
 
-// NVFP4's per-matrix gs [B] into out.global_scale: the static scale copied, or computed from the
-// input's amax (pre-pass). Returns it (the kernels' scale_in).
+// A per-tensor scheme's per-matrix scale [B] into `scale` (NVFP4's gs, FP8 per-tensor's s): the
+// static scale copied, or computed from the input's amax (pre-pass). Returns it (the kernels'
+// scale_in).
 template <typename Loader>
-float* prepare_nvfp4_global_scale(const QuantArgs& a, const Loader& load, const QuantizedView& out,
-                                  const void* static_scale, cudaStream_t stream) {
-  auto* gs = static_cast<float*>(out.global_scale.data);
+float* prepare_tensor_scale(const QuantArgs& a, const Loader& load, float* scale,
+                            const void* static_scale, bool nvfp4, cudaStream_t stream) {
   if (static_scale) {
-    MOEKIT_CUDA_CHECK(cudaMemcpyAsync(gs, static_scale, static_cast<std::size_t>(a.batch) * 4,
+    MOEKIT_CUDA_CHECK(cudaMemcpyAsync(scale, static_scale, static_cast<std::size_t>(a.batch) * 4,
                                       cudaMemcpyDeviceToDevice, stream));
   } else {
-    launch_tensor_scale(a, load, gs, /*nvfp4=*/true, stream);
+    launch_tensor_scale(a, load, scale, nvfp4, stream);
   }
-  return gs;
+  return scale;
 }
 
 // The schemes whose kernels only need a chunk loader: bf16, FP8 per-tensor, FP8 1x128, MXFP8,
@@ -135,18 +134,11 @@ bool quantize_chunked(QuantArgs a, QuantScheme scheme, const Loader& load, const
     case QuantScheme::kBF16:
       launch_chunks<Kind::kBf16>(a, load, stream);
       return true;
-    case QuantScheme::kFP8PerTensor: {
-      auto* s = static_cast<float*>(out.scales.data);
-      if (static_scale) {
-        MOEKIT_CUDA_CHECK(cudaMemcpyAsync(s, static_scale, static_cast<std::size_t>(a.batch) * 4,
-                                          cudaMemcpyDeviceToDevice, stream));
-      } else {
-        launch_tensor_scale(a, load, s, /*nvfp4=*/false, stream);
-      }
-      a.scale_in = s;
+    case QuantScheme::kFP8PerTensor:
+      a.scale_in = prepare_tensor_scale(a, load, static_cast<float*>(out.scales.data), static_scale,
+                                        /*nvfp4=*/false, stream);
       launch_chunks<Kind::kFp8Scaled>(a, load, stream);
       return true;
-    }
     case QuantScheme::kFP8Block1x128:
       launch_chunks<Kind::kFp8Group>(a, load, stream);
       return true;
@@ -159,7 +151,8 @@ bool quantize_chunked(QuantArgs a, QuantScheme scheme, const Loader& load, const
       launch_chunks<Kind::kMxfp4>(a, load, stream);
       return true;
     case QuantScheme::kNVFP4: {
-      a.scale_in = prepare_nvfp4_global_scale(a, load, out, static_scale, stream);
+      a.scale_in = prepare_tensor_scale(a, load, static_cast<float*>(out.global_scale.data),
+                                        static_scale, /*nvfp4=*/true, stream);
       launch_zero_padding(a, stream);
       launch_chunks<Kind::kNvfp4>(a, load, stream);
       return true;

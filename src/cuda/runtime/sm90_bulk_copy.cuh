@@ -1,0 +1,53 @@
+// SM90 mbarrier + bulk async copy (the copy engine, cp.async.bulk) building blocks, on 32-bit
+// shared-memory addresses: used by the W4A16 wgmma weight ring (gemm/sm90_w4a16_wgmma_gemm.cuh)
+// and the FP4 quantize row staging (quant/quantize_fp4_rows.cuh).
+//
+// Async proxy: a fence.proxy.async of other threads' generic accesses does not wait for them;
+// completion of a bulk copy is observed through its mbarrier, which also makes the data visible
+// to the threads that waited on it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moekit::cuda::sm90 {
+
+// The 32-bit shared-memory address of a pointer into shared memory.
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes mbarrier.init visible to the async proxy (before any bulk copy uses it).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` of bulk-copy transactions this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Waits for the completion of the phase with parity `parity`.
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// bytes (multiple of 16, both addresses 16-byte aligned) global -> this CTA's shared memory,
+// completing `bytes` transactions on mbarrier `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src,
+                                              std::uint32_t bytes, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+}  // namespace moekit::cuda::sm90
