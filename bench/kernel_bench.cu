@@ -150,7 +150,7 @@ void bench_quantize(double copy_gbs, bool quick, const std::string& filter, std:
   using moekit::ScaleLayout;
   const std::int64_t k = 7168;
   std::vector<std::int64_t> ms = quick ? std::vector<std::int64_t>{1, 4096}
-                                       : std::vector<std::int64_t>{1, 16, 128, 1024, 2048, 3072, 4096, 4682, 8192, 16384};
+                                       : std::vector<std::int64_t>{1, 16, 128, 264, 528, 1024, 2048, 3072, 4096, 4682, 8192, 16384};
   if (only_m > 0) ms = {only_m};
   struct Op {
     const char* name;

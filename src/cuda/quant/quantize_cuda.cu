@@ -45,7 +45,8 @@ void launch_rows(const QuantArgs& a, float* row_scale_out, cudaStream_t stream) 
 // The FP4 row-group kernel (quantize_fp4_rows.cuh): persistent, one CTA per SM (fewer when there
 // are fewer row groups).
 template <typename Cfg, Kind kKind, bool kPerToken, bool kScaleTable, typename T>
-void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
+void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, bool reverse_rows, int sms,
+                            cudaStream_t stream) {
   const std::int64_t rows = a.batch * a.rows;
   const auto kernel = quant_detail::quantize_fp4_rows_kernel<Cfg, T, kKind, kPerToken, kScaleTable>;
   MOEKIT_CUDA_CHECK(
@@ -53,7 +54,7 @@ void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, int sms, c
   const std::int64_t groups = (rows + Cfg::kGroups - 1) / Cfg::kGroups;
   const auto grid = static_cast<unsigned int>(
       std::min<std::int64_t>(groups, static_cast<std::int64_t>(sms) * Cfg::kMinBlocks));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, row_scale_out);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, row_scale_out, reverse_rows);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -69,19 +70,24 @@ int fp4_rows_threads_override() {
   return v;
 }
 
+// reverse_rows: visit the rows last to first (after a pass over the input: its last rows are the
+// ones still in L2).
 template <Kind kKind, bool kPerToken, typename T>
-void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, int sms, cudaStream_t stream) {
+void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, bool reverse_rows, int sms,
+                     cudaStream_t stream) {
   if (a.batch * a.rows == 0) return;
   auto launch = [&](auto cfg_tag) {
     using Cfg = typename decltype(cfg_tag)::type;
     // One NVFP4 gs for every row: the block scales' divisions come from a per-CTA table.
     if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
       if (a.batch == 1 && !a.scale_per_row) {
-        launch_fp4_rows_kernel<Cfg, kKind, false, true, T>(a, row_scale_out, sms, stream);
+        launch_fp4_rows_kernel<Cfg, kKind, false, true, T>(a, row_scale_out, reverse_rows, sms,
+                                                           stream);
         return;
       }
     }
-    launch_fp4_rows_kernel<Cfg, kKind, kPerToken, false, T>(a, row_scale_out, sms, stream);
+    launch_fp4_rows_kernel<Cfg, kKind, kPerToken, false, T>(a, row_scale_out, reverse_rows, sms,
+                                                           stream);
   };
   const int forced = fp4_rows_threads_override();
   if (forced == 224 || (forced == 0 && quant_detail::fp4_rows_use_224(a.k / 16)))
@@ -105,23 +111,21 @@ std::atomic<int>& fp4_kernel_choice() {
 }
 
 // kAuto: the row-group kernel where it was measured faster than the chunk / row kernels (H200,
-// bf16 [M, 7168], 528 row groups; bench/results/kernels_20261201b_quant_fp4_v6_rows.json vs
-// _chunks.json, one run): per-token NVFP4 from 2 rows per row group (M = 1024: 12.4 vs 12.8 us,
-// 128: 6.6 vs 4.1), per-tensor NVFP4 from 3 (M = 1024: 12.1 vs 11.4, 2048: 17.4 vs 18.5), MXFP4
-// from 5 (M = 2048: 16.9 vs 16.3, 3072: 22.4 vs 23.1). Fewer rows leave the persistent CTAs with
-// too little work to pay for their tables and tail.
-bool use_fp4_rows_kernel(QuantScheme scheme, std::int64_t rows, int sms) {
+// bf16 [M, 7168], 132 SMs x 4 = 528 row groups; both forced in one run:
+// bench/results/kernels_20261201c_quant_fp4_rows_vs_chunks.json): from one row per group for
+// per-token NVFP4 (M = 264: 6.2 vs 5.4 us, 528: 6.3 vs 7.3) and MXFP4 (264: 6.8 vs 6.2, 528: 6.7
+// vs 7.6) and NVFP4 with a computed gs (264: 13.2 vs 11.9, 528: 14.4 vs 14.6, 1024: 18.5 vs 19.0),
+// from half a row per group for NVFP4 with a static gs (128: 6.3 vs 4.1, 264: 6.9 vs 7.2, 528: 7.2
+// vs 9.0). Fewer rows leave the persistent CTAs with too little work to pay for their tables and
+// tail.
+bool use_fp4_rows_kernel(QuantScheme scheme, bool static_gs, std::int64_t rows, int sms) {
   switch (static_cast<Fp4QuantizeKernel>(fp4_kernel_choice().load())) {
     case Fp4QuantizeKernel::kRows: return true;
     case Fp4QuantizeKernel::kChunks: return false;
     case Fp4QuantizeKernel::kAuto: break;
   }
-  const std::int64_t per_group = rows / (static_cast<std::int64_t>(sms) * Fp4RowsGroups::kGroups);
-  switch (scheme) {
-    case QuantScheme::kNVFP4PerToken: return per_group >= 2;
-    case QuantScheme::kNVFP4: return per_group >= 3;
-    default: return per_group >= 5;
-  }
+  const std::int64_t groups = static_cast<std::int64_t>(sms) * Fp4RowsGroups::kGroups;
+  return scheme == QuantScheme::kNVFP4 && static_gs ? 2 * rows >= groups : rows >= groups;
 }
 
 // NVFP4 (static or computed per-tensor gs, or per-token), MXFP4 of a 2-byte input with 16-byte
@@ -140,11 +144,11 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
         scheme != QuantScheme::kNVFP4PerToken)
       return false;
     const int sms = std::max(current_device_multiprocessors(), 1);
-    if (!use_fp4_rows_kernel(scheme, a.batch * a.rows, sms)) return false;
+    if (!use_fp4_rows_kernel(scheme, static_scale != nullptr, a.batch * a.rows, sms)) return false;
     // The kernel also writes the scale layout's padding (no separate kernel).
     switch (scheme) {
       case QuantScheme::kMXFP4:
-        launch_fp4_rows<Kind::kMxfp4, false, T>(a, nullptr, sms, stream);
+        launch_fp4_rows<Kind::kMxfp4, false, T>(a, nullptr, false, sms, stream);
         return true;
       case QuantScheme::kNVFP4: {
         // A static gs goes straight to the kernel, which also copies it to the gs output; a
@@ -158,12 +162,13 @@ bool quantize_fp4_rows(QuantArgs a, QuantScheme scheme, const RowLoader<T, kVec>
           quant_detail::launch_tensor_scale(a, load, gs_out, /*nvfp4=*/true, stream);
           a.scale_in = gs_out;
         }
-        launch_fp4_rows<Kind::kNvfp4, false, T>(a, gs_copy, sms, stream);
+        // A computed gs: the pre-pass just read the input, so its last rows go first (from L2).
+        launch_fp4_rows<Kind::kNvfp4, false, T>(a, gs_copy, static_scale == nullptr, sms, stream);
         return true;
       }
       case QuantScheme::kNVFP4PerToken:
-        launch_fp4_rows<Kind::kNvfp4, true, T>(a, static_cast<float*>(out.global_scale.data), sms,
-                                               stream);
+        launch_fp4_rows<Kind::kNvfp4, true, T>(a, static_cast<float*>(out.global_scale.data), false,
+                                               sms, stream);
         return true;
       default:
         return false;

@@ -47,13 +47,15 @@ struct Fp4RowsConfig {
   static constexpr int kUnits = (kFp4MaxUnits + kRowThreads - 1) / kRowThreads;
   static constexpr int kThreads = kGroups * kRowThreads;
   static constexpr int kWarpsPerRow = kRowThreads / 32;
+  // Per-token warp maxima slots per group, padded to whole 16-byte words (read as float4).
+  static constexpr int kSlotStride = (kWarpsPerRow + 3) / 4 * 4;
   // Shared memory: the pair table, the row buffers, their barriers, the per-token warp maxima,
   // the NVFP4 out-scale table.
   static constexpr int kRowBytes = kFp4MaxUnits * 32;
   static constexpr int kRowsOffset = kPairTableBytes;
   static constexpr int kBarsOffset = kRowsOffset + kGroups * kStages * kRowBytes;
   static constexpr int kSlotsOffset = kBarsOffset + kGroups * kStages * 8;
-  static constexpr int kScaleTableOffset = kSlotsOffset + 2 * kGroups * kWarpsPerRow * 4;
+  static constexpr int kScaleTableOffset = kSlotsOffset + 2 * kGroups * kSlotStride * 4;
   static constexpr int kSmemBytes = kScaleTableOffset + 256 * 4;
   static_assert(kRowThreads % 32 == 0, "whole warps per row group");
 };
@@ -226,7 +228,7 @@ __device__ __forceinline__ void encode_row_units_upto(int n, const QuantArgs& a,
 }
 
 // One CTA per SM; row group g of CTA b takes rows g + groups * (b + gridDim.x * i) of the flattened
-// [B*M, K] input; thread t of a group takes units t, t + kRowThreads, ... of its row. Each group
+// [B*M, K] input (counted from the last row when reverse_rows); thread t of a group takes units t, t + kRowThreads, ... of its row. Each group
 // streams its rows through kStages shared-memory buffers filled by the copy engine (one bulk copy
 // per row, issued by the group's first thread once the group is done with the buffer), so the
 // next rows are in flight while this one is encoded, at no register cost.
@@ -241,7 +243,7 @@ __device__ __forceinline__ void encode_row_units_upto(int n, const QuantArgs& a,
 // Requires fp4_rows_kernel_fits(a.k), a 16-byte aligned input (K % 8 == 0) and 8-byte aligned codes.
 template <typename Cfg, typename T, Kind kKind, bool kPerToken, bool kScaleTable>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    quantize_fp4_rows_kernel(QuantArgs a, float* row_scale_out) {
+    quantize_fp4_rows_kernel(QuantArgs a, float* row_scale_out, bool reverse_rows) {
   static_assert(sizeof(T) == 2, "2-byte inputs only");
   static_assert(is_fp4<kKind>(), "FP4 kinds only");
   static_assert(!kPerToken || kKind == Kind::kNvfp4, "per-token scales are NVFP4's");
@@ -264,34 +266,52 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int groups = Cfg::kGroups;
   const std::int64_t row_step = static_cast<std::int64_t>(gridDim.x) * groups;
   const std::int64_t first_row = static_cast<std::int64_t>(blockIdx.x) * groups + group;
+  // Visit order i -> row: reversed, the rows read last by a preceding pass over the input (the
+  // computed-gs amax pre-pass) come first, while they are still in L2.
+  auto row_of = [&](std::int64_t i) { return reverse_rows ? total_rows - 1 - i : i; };
   std::uint8_t* stage_buf = fp4_smem + Cfg::kRowsOffset + group * kStages * Cfg::kRowBytes;
   auto* bars = reinterpret_cast<std::uint64_t*>(fp4_smem + Cfg::kBarsOffset) + group * kStages;
-  float* group_max_slots = reinterpret_cast<float*>(fp4_smem + Cfg::kSlotsOffset);  // [2][groups][warps]
+  float* group_max_slots = reinterpret_cast<float*>(fp4_smem + Cfg::kSlotsOffset);  // [2][groups][kSlotStride]
   float* scale_table = reinterpret_cast<float*>(fp4_smem + Cfg::kScaleTableOffset);
   const auto* x = static_cast<const std::uint8_t*>(a.x);
+  // Global loads the prologue needs go out before the row copies: issued after them, they would
+  // queue behind ~15 MB of copy traffic (H200: 2.5 us of a 30 us kernel for a 256-byte table
+  // load; the e2m1 table is computed instead, fill_e2m1_table).
+  float gs0 = 0.0f;
+  if constexpr (kScaleTable) gs0 = a.scale_in[0];
   // The first kStages rows of each group go out before the tables are built (they overlap it).
   if (gt == 0) {
     for (int st = 0; st < kStages; ++st) sm90::mbar_init(sm90::smem_addr(&bars[st]), 1);
     sm90::fence_mbar_init();
     for (int st = 0; st < kStages; ++st) {
-      const std::int64_t row = first_row + st * row_step;
-      if (row < total_rows)
-        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + row * row_bytes, row_bytes, &bars[st]);
+      const std::int64_t i = first_row + st * row_step;
+      if (i < total_rows)
+        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + row_of(i) * row_bytes, row_bytes, &bars[st]);
     }
   }
   // A static NVFP4 gs is also the op's global-scale output: copied here instead of by a separate
   // memcpy node (one kernel per call).
   if constexpr (kKind == Kind::kNvfp4 && !kPerToken) {
-    if (row_scale_out != nullptr && blockIdx.x == 0)
-      for (std::int64_t i = threadIdx.x; i < a.batch; i += blockDim.x) row_scale_out[i] = a.scale_in[i];
+    if (row_scale_out != nullptr && blockIdx.x == 0) {
+      if constexpr (kScaleTable) {
+        if (threadIdx.x == 0) row_scale_out[0] = gs0;
+      } else {
+        for (std::int64_t i = threadIdx.x; i < a.batch; i += blockDim.x) row_scale_out[i] = a.scale_in[i];
+      }
+    }
   }
   ScaleParam sp;
   if constexpr (kScaleTable) {
-    sp = make_scale_param<kKind>(a.scale_in[0]);
+    sp = make_scale_param<kKind>(gs0);
     for (int b = static_cast<int>(threadIdx.x); b < 256; b += static_cast<int>(blockDim.x))
       scale_table[b] = nvfp4_out_scale_of_byte(static_cast<std::uint8_t>(b), sp.inv_gs);
   }
-  load_e2m1_table(s_e2m1);
+  if constexpr (kPerToken) {  // the padding slots of the warp maxima stay +0
+    for (int i = static_cast<int>(threadIdx.x); i < 2 * Cfg::kGroups * Cfg::kSlotStride;
+         i += static_cast<int>(blockDim.x))
+      group_max_slots[i] = 0.0f;
+  }
+  fill_e2m1_table(s_e2m1);
   __syncthreads();
   build_e2m1_pair_table(pairs, s_e2m1);
   __syncthreads();
@@ -322,7 +342,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   float scale_seen = 0.0f;
   bool have_sp = kScaleTable;
   int it = 0;
-  for (std::int64_t row = first_row; row < total_rows; row += row_step, ++it) {
+  for (std::int64_t i = first_row; i < total_rows; i += row_step, ++it) {
+    const std::int64_t row = row_of(i);
     const int st = it % kStages;
     sm90::mbar_wait(sm90::smem_addr(&bars[st]), static_cast<std::uint32_t>((it / kStages) & 1));
     const std::uint8_t* buf = stage_buf + st * Cfg::kRowBytes;
@@ -345,9 +366,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // kStages iterations ahead.
     asm volatile("bar.sync %0, %1;" ::"r"(buffer_barrier), "n"(kRowThreads) : "memory");
     if (gt == 0) {
-      const std::int64_t next = row + kStages * row_step;
+      const std::int64_t next = i + kStages * row_step;
       if (next < total_rows)
-        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + next * row_bytes, row_bytes, &bars[st]);
+        stage_row_copy(stage_buf + st * Cfg::kRowBytes, x + row_of(next) * row_bytes, row_bytes,
+                       &bars[st]);
     }
     const std::int64_t b = a.batch == 1 ? 0 : row / a.rows;
     const std::int64_t r = a.batch == 1 ? row : row % a.rows;
@@ -364,13 +386,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         float m = unit_max[0];
 #pragma unroll
         for (int j = 1; j < kUnits; ++j) m = fmaxf(m, unit_max[j]);
-        m = group_max<32>(m);
-        float* slots = group_max_slots + ((it & 1) * Cfg::kGroups + group) * Cfg::kWarpsPerRow;
+        // The maxima are in [+0, +inf] (NaN ignored), where the bits order as unsigned
+        // integers: one warp reduction instruction and a max over 16-byte slot words (the
+        // padding slots stay +0) give the same (exact) max as a float tree.
+        m = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(m)));
+        float* slots = group_max_slots + ((it & 1) * Cfg::kGroups + group) * Cfg::kSlotStride;
         if (gt % 32 == 0) slots[warp_in_group] = m;
         asm volatile("bar.sync %0, %1;" ::"r"(amax_barrier), "n"(kRowThreads) : "memory");
-        float rm = 0.0f;
+        std::uint32_t rm_bits = 0u;
 #pragma unroll
-        for (int w = 0; w < Cfg::kWarpsPerRow; ++w) rm = absmax_accumulate(rm, slots[w]);
+        for (int w = 0; w < Cfg::kSlotStride; w += 4) {
+          const uint4 q = *reinterpret_cast<const uint4*>(slots + w);
+          rm_bits = max(rm_bits, max(max(q.x, q.y), max(q.z, q.w)));
+        }
+        const float rm = __uint_as_float(rm_bits);
         s = nvfp4_global_scale(rm);
         if (gt == 0) row_scale_out[row] = s;
       } else {

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kChunkThreads) quantize_chunks_kernel(QuantArg
   constexpr bool kScaled = kKind == Kind::kNvfp4 || kKind == Kind::kFp8Scaled;
   __shared__ std::uint8_t s_e2m1[is_fp4<kKind>() ? 256 : 1];
   if constexpr (is_fp4<kKind>()) {
-    load_e2m1_table(s_e2m1);
+    fill_e2m1_table(s_e2m1);
     __syncthreads();
   }
   const std::int64_t per_row = padded_units<kKind>(a.k);
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(QuantArgs a, float* 
   __shared__ float warp_max[32];
   __shared__ float row_scale;
   __shared__ std::uint8_t s_e2m1[is_fp4<kKind>() ? 256 : 1];
-  if constexpr (is_fp4<kKind>()) load_e2m1_table(s_e2m1);  // ordered by the barriers below
+  if constexpr (is_fp4<kKind>()) fill_e2m1_table(s_e2m1);  // ordered by the barriers below
   const std::int64_t grow = blockIdx.x;
   const T* row = static_cast<const T*>(a.x) + grow * a.k;
   const std::int64_t per_row = padded_chunks<kKind>(a.k);

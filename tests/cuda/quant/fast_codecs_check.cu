@@ -96,7 +96,27 @@ __global__ void check_all_kernel(std::uint64_t begin, std::uint64_t count, int w
   atomicAdd(checked, mine);
 }
 
+__global__ void e2m1_table_diff_kernel(int* diff) {
+  __shared__ std::uint8_t t[256];
+  cuda::quant_detail::fill_e2m1_table(t);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < 256; i += static_cast<int>(blockDim.x))
+    if (t[i] != kE2m1OfE4m3[i]) atomicAdd(diff, 1);
+}
+
 }  // namespace
+
+int e2m1_table_mismatches(int threads) {
+  int* d = nullptr;
+  if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return -1;
+  cudaMemset(d, 0, sizeof(int));
+  e2m1_table_diff_kernel<<<1, threads>>>(d);
+  int h = -1;
+  if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) h = -1;
+  else cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  return h;
+}
 
 FastCodecCheck check_fast_codec_all_inputs(FastCodec codec) {
   FastCodecCheck r;

@@ -33,6 +33,13 @@ TEST(FastCodecs, E2M1ThroughE4M3TableEqualsReferenceForAllFloats) {
   expect_exact(FastCodec::kE2M1, "e2m1_code");
 }
 
+// The quantize kernels build their table with fill_e2m1_table: every byte equals the constant
+// table proved above (block sizes below, at and above 256 threads).
+TEST(FastCodecs, E2m1TableComputed) {
+  MOEKIT_REQUIRE_GPU();
+  for (const int threads : {96, 256, 1024}) EXPECT_EQ(e2m1_table_mismatches(threads), 0) << threads;
+}
+
 TEST(FastCodecs, BranchFreeMxBlockScalesEqualReferenceForAllFloats) {
   MOEKIT_REQUIRE_GPU();
   expect_exact(FastCodec::kMxScale, "mx_block_scale_fast");
