@@ -196,10 +196,16 @@ void FusedMoEKernel::run_modular_chunk(const TensorView& x, const TensorView& to
   const DispatchedActivations d =
       pf.prepare(chunk, x, topk_ids, topk_weights, a1_static_scale_, ws.pf_ws, stream);
   const TensorSpec out_spec = ex.workspace_shapes(chunk).output;
+  const ReducePolicy policy = resolve_reduce_policy(ex.reduce_policy(), ex.activation_format());
+  // Where finalize would only copy the experts' output into `output`, they write it there.
+  if (pf.finalize_is_copy(policy) && out_spec.dtype == output.dtype &&
+      out_spec.shape == output.shape && output.is_contiguous()) {
+    ex.apply(d, output, ws.ws13, ws.ws2, stream);
+    return;
+  }
   const TensorView expert_out = out_spec.view(ws.expert_out.data, device());
   ex.apply(d, expert_out, ws.ws13, ws.ws2, stream);
-  pf.finalize(chunk, expert_out, resolve_reduce_policy(ex.reduce_policy(), ex.activation_format()),
-              d, output, ws.pf_ws, stream);
+  pf.finalize(chunk, expert_out, policy, d, output, ws.pf_ws, stream);
 }
 
 void FusedMoEKernel::apply(const TensorView& x, const TensorView& topk_ids,

@@ -44,6 +44,10 @@ class ModularPrepareFinalize : public PrepareFinalize {
                         ReducePolicy policy, const DispatchedActivations& dispatched,
                         const TensorView& output, const TensorView& workspace,
                         StreamHandle stream = nullptr) = 0;
+  // True when finalize under `policy` does nothing but copy an expert output of the output's
+  // dtype and shape into `output` (no combine, no reduction). FusedMoEKernel then hands the
+  // experts `output` itself as their output and skips finalize (one copy less per layer).
+  virtual bool finalize_is_copy(ReducePolicy policy) const { return false; }
 };
 
 class MonolithicPrepareFinalize : public PrepareFinalize {

@@ -45,6 +45,10 @@ class CpuNoEpPrepareFinalize final : public ModularPrepareFinalize {
     return d;
   }
 
+  bool finalize_is_copy(ReducePolicy policy) const override {
+    return policy == ReducePolicy::kAlreadyReduced;  // cpu_finalize: convert_rows (a copy)
+  }
+
   void finalize(const MoeProblem& problem, const TensorView& expert_output, ReducePolicy policy,
                 const DispatchedActivations& d, const TensorView& output,
                 const TensorView& workspace, StreamHandle) override {

@@ -18,10 +18,11 @@ constexpr int kWarps = kPermuteThreads / 32;
 // Pass 2: chunks of 1024 assignments in ascending order; within a chunk a lane's rank among the
 // earlier lanes with the same expert comes from __match_any_sync (own warp) plus per-warp counts
 // of the earlier warps, so positions are ascending in a inside each expert (permute.hpp order).
+// sorted_tokens (optional): the token a / top_k of each sorted assignment.
 __global__ void __launch_bounds__(kPermuteThreads)
     permute_kernel(const int* __restrict__ topk_ids, int num_assign, int num_experts,
                    int* __restrict__ offsets, int* __restrict__ sorted_ids,
-                   int* __restrict__ permuted_row) {
+                   int* __restrict__ permuted_row, int top_k, int* __restrict__ sorted_tokens) {
   extern __shared__ int smem[];
   int* hist = smem;                      // [E]
   int* running = hist + num_experts;     // [E]
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
       int pos = running[e] + rank;
       for (int w = 0; w < warp; ++w) pos += warp_cnt[w * num_experts + e];
       sorted_ids[pos] = a;
+      if (sorted_tokens != nullptr) sorted_tokens[pos] = a / top_k;
       permuted_row[a] = pos;
     } else if (a < num_assign) {
       permuted_row[a] = -1;
@@ -135,9 +137,12 @@ __global__ void weighted_reduce_kernel(const __nv_bfloat16* __restrict__ expert_
 
 void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignments, int num_experts,
                        std::int32_t* expert_offsets, std::int32_t* sorted_ids,
-                       std::int32_t* permuted_row, StreamHandle stream) {
+                       std::int32_t* permuted_row, StreamHandle stream, int top_k,
+                       std::int32_t* sorted_tokens) {
   MOEKIT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxPermuteExperts, "num_experts",
                    ::moekit::detail::concat("in [1, ", kMaxPermuteExperts, "]"), num_experts);
+  MOEKIT_CHECK_ARG(sorted_tokens == nullptr || top_k >= 1, "top_k", ">= 1 (with sorted_tokens)",
+                   top_k);
   MOEKIT_CHECK_ARG(num_assignments >= 0 && num_assignments < (1ll << 31), "num_assignments",
                    "in [0, 2^31)", num_assignments);
   const std::size_t smem = static_cast<std::size_t>(num_experts) * (kWarps + 2) * sizeof(int);
@@ -150,7 +155,7 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
   (void)attr_set;
   permute_kernel<<<1, kPermuteThreads, smem, static_cast<cudaStream_t>(stream)>>>(
       topk_ids, static_cast<int>(num_assignments), num_experts, expert_offsets, sorted_ids,
-      permuted_row);
+      permuted_row, top_k, sorted_tokens);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 

@@ -60,9 +60,12 @@ constexpr int kMaxPermuteExperts = 512;
 
 // topk_ids [M, k] i32 (device) -> expert_offsets [E+1], sorted_ids [>= M*k] (rows < offsets[E]
 // written), permuted_row [M, k] (-1 for ids outside [0, E)). One block; deterministic.
+// sorted_tokens (optional, [>= M*k]): also the token sorted_ids[r] / top_k of each row (a GEMM's
+// row_index: the gather fused into its A loads).
 void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignments, int num_experts,
                        std::int32_t* expert_offsets, std::int32_t* sorted_ids,
-                       std::int32_t* permuted_row, StreamHandle stream);
+                       std::int32_t* permuted_row, StreamHandle stream, int top_k = 0,
+                       std::int32_t* sorted_tokens = nullptr);
 
 // out[r, :] = src[sorted_ids[r] / top_k, :] for r < *num_rows (row_bytes % 16 == 0).
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,

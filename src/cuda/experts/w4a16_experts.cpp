@@ -19,10 +19,12 @@ std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
-// a_rounded: bf16 [M, H] when the router weight is applied on the input (Llama4): the NoEP
-// prepare then hands over the f32 rows x * w, rounded here (detail::round_input_rows).
+// sorted_tokens: the token of each sorted row, GEMM1's row_index (it reads the unpermuted input
+// rows itself: no gathered copy). a_rounded: bf16 [M, H] when the router weight is applied on
+// the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
+// (detail::round_input_rows).
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, a_rounded, a, out2, total;
+  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, a_rounded, out2, total;
 };
 Layout13 layout13(const MoeProblem& problem) {
   const int e = problem.layer.num_experts;
@@ -34,8 +36,8 @@ Layout13 layout13(const MoeProblem& problem) {
   l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
+  l.sorted_tokens = p, p += up(r * 4);
   l.a_rounded = p, p += problem.apply_router_weight_on_input() ? up(m * hh * 2) : 0;
-  l.a = p, p += up(r * hh * 2);
   l.out2 = p, p += up(r * hh * 2);
   l.total = p;
   return l;
@@ -196,13 +198,13 @@ class W4A16Experts : public ModularExperts {
     auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
     auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
     auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
+    auto* tokens = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens));
     detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream);
-    // The GEMM could gather itself (row_index) if it divided sorted ids by k; one pass for now.
+                              prow, stream, k, tokens);
+    // GEMM1 gathers its A rows itself (row_index = the token of each sorted row).
     const void* a_src =
         f32_in ? detail::round_input_rows(in.a1q.values, m, h, at(workspace13, l.a_rounded), stream)
                : in.a1q.values.data;
-    detail::gather_rows(a_src, h * 2, sorted, k, rows, offsets + e, at(workspace13, l.a), stream);
 
     const gemm::W4Format f = format_of(p.weight_quant.scheme);
     gemm::W4A16GemmArgs g1;
@@ -216,7 +218,9 @@ class W4A16Experts : public ModularExperts {
     g1.n = 2 * i;
     g1.k = h;
     g1.expert_offsets = offsets;
-    g1.a = at(workspace13, l.a);
+    g1.a = a_src;
+    g1.lda = h;
+    g1.row_index = tokens;
     g1.w = w13_.codes.ptr<std::uint8_t>();
     g1.w_scales = w13_.scales.ptr<std::uint8_t>();
     g1.alpha = w13_.alpha.defined() ? w13_.alpha.ptr<float>() : nullptr;
@@ -230,6 +234,11 @@ class W4A16Experts : public ModularExperts {
     g2.n = h;
     g2.k = i;
     g2.a = workspace2.data;
+    g2.lda = 0;
+    g2.row_index = nullptr;
+    // A programmatic dependent of GEMM1, which writes neither the offsets nor GEMM2's weights:
+    // its prologue and first weight loads overlap GEMM1's tail (w4a16.hpp overlap_previous).
+    g2.overlap_previous = true;
     g2.w = w2_.codes.ptr<std::uint8_t>();
     g2.w_scales = w2_.scales.ptr<std::uint8_t>();
     g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;

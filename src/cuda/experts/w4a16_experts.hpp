@@ -2,7 +2,9 @@
 // (moekit/gemm/w4a16.hpp). Standard activation format, modular, ReducePolicy::kAlreadyReduced.
 // apply(), all on the stream and graph-capturable (no host sync, no allocation):
 //   permute (expert_offsets, sorted_ids, permuted_row; cuda::detail::permute_by_expert)
-//   -> (router weight on the input: round the prepare's f32 rows x * w to bf16) -> gather rows -> W4A16 GEMM1 with bias + SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias)
+//   (+ sorted_tokens) -> (router weight on the input: round the prepare's f32 rows x * w to bf16)
+//   -> W4A16 GEMM1 gathering its rows itself (row_index = sorted_tokens) with bias +
+//   SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias; a programmatic dependent of GEMM1)
 //   -> weighted top-k sum into [M, H] bf16 (cuda::detail::weighted_reduce_bf16).
 // prepare_weights() shuffles the weights on the host (w4a16_shuffle_weights, experts in parallel)
 // and keeps device copies; NVFP4 global (encode) scales become per-expert alphas 1/gs.

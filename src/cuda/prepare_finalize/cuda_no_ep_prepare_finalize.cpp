@@ -84,6 +84,10 @@ class CudaNoEpPrepareFinalize final : public ModularPrepareFinalize {
     return d;
   }
 
+  bool finalize_is_copy(ReducePolicy policy) const override {
+    return policy == ReducePolicy::kAlreadyReduced;  // convert_rows of equal dtypes: a copy
+  }
+
   void finalize(const MoeProblem& problem, const TensorView& expert_output, ReducePolicy policy,
                 const DispatchedActivations& d, const TensorView& output,
                 const TensorView& workspace, StreamHandle stream) override {
