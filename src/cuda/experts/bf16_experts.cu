@@ -104,33 +104,53 @@ __global__ void gather_rows_kernel(const char* __restrict__ src, long long row_b
   }
 }
 
-// 8 columns (16 bytes of bf16) per thread; slot order, separate multiply and add (no FMA).
-__global__ void weighted_reduce_kernel(const __nv_bfloat16* __restrict__ expert_out,
-                                       const int* __restrict__ permuted_row,
-                                       const float* __restrict__ topk_weights, int top_k,
-                                       long long hidden, __nv_bfloat16* __restrict__ out) {
-  const long long t = blockIdx.x;
-  for (long long c = threadIdx.x * 8ll; c < hidden; c += blockDim.x * 8ll) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < top_k; ++j) {
-      const int r = permuted_row[t * top_k + j];
-      if (r < 0) continue;
-      const float w = topk_weights != nullptr ? topk_weights[t * top_k + j] : 1.0f;
-      const uint4 raw = *reinterpret_cast<const uint4*>(expert_out + r * hidden + c);
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+// out[t, c .. c+7] for one token t and 8 columns (16 bytes of bf16) per thread; a CTA covers
+// kReduceThreads * 8 columns of one token (blockIdx.x = t * slices + slice), so a decode-size M
+// still spreads over several SMs. Slots in order, kReduceUnroll at a time with all their loads
+// issued first (the latency chain of a slot loop was the cost at small M); separate multiply and
+// add (no FMA), the sum in slot order: unpermute_reduce's arithmetic.
+constexpr int kReduceThreads = 128;
+constexpr int kReduceUnroll = 4;
+__global__ void __launch_bounds__(kReduceThreads)
+    weighted_reduce_kernel(const __nv_bfloat16* __restrict__ expert_out,
+                           const int* __restrict__ permuted_row,
+                           const float* __restrict__ topk_weights, int top_k, long long hidden,
+                           long long slices, __nv_bfloat16* __restrict__ out) {
+  const long long t = blockIdx.x / slices;
+  const long long c = ((blockIdx.x % slices) * kReduceThreads + threadIdx.x) * 8ll;
+  if (c >= hidden) return;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int j0 = 0; j0 < top_k; j0 += kReduceUnroll) {
+    int r[kReduceUnroll];
+    float w[kReduceUnroll];
+    uint4 raw[kReduceUnroll];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const int j = j0 + u;
+      r[u] = j < top_k ? permuted_row[t * top_k + j] : -1;
+      w[u] = j < top_k && topk_weights != nullptr ? topk_weights[t * top_k + j] : 1.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u)
+      raw[u] = r[u] >= 0 ? *reinterpret_cast<const uint4*>(expert_out + r[u] * hidden + c)
+                         : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      if (r[u] < 0) continue;
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 v = __bfloat1622float2(h[i]);
-        acc[2 * i] = __fadd_rn(acc[2 * i], __fmul_rn(w, v.x));
-        acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], __fmul_rn(w, v.y));
+        acc[2 * i] = __fadd_rn(acc[2 * i], __fmul_rn(w[u], v.x));
+        acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], __fmul_rn(w[u], v.y));
       }
     }
-    uint4 res;
-    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&res);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    *reinterpret_cast<uint4*>(out + t * hidden + c) = res;
   }
+  uint4 res;
+  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&res);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  *reinterpret_cast<uint4*>(out + t * hidden + c) = res;
 }
 
 }  // namespace
@@ -187,11 +207,13 @@ void weighted_reduce_bf16(const void* expert_out, const std::int32_t* permuted_r
                           std::int64_t hidden, void* out, StreamHandle stream) {
   MOEKIT_CHECK_ARG(hidden > 0 && hidden % 8 == 0, "hidden", "a positive multiple of 8", hidden);
   if (num_tokens == 0) return;
-  const int threads = static_cast<int>(std::clamp<std::int64_t>(hidden / 8, 32, 256));
-  weighted_reduce_kernel<<<static_cast<unsigned>(num_tokens), threads, 0,
+  const std::int64_t slices = (hidden / 8 + kReduceThreads - 1) / kReduceThreads;
+  MOEKIT_CHECK_ARG(num_tokens * slices < (std::int64_t{1} << 31), "num_tokens",
+                   ::moekit::detail::concat("< 2^31 / ", slices, " (CTAs of the reduce)"), num_tokens);
+  weighted_reduce_kernel<<<static_cast<unsigned>(num_tokens * slices), kReduceThreads, 0,
                            static_cast<cudaStream_t>(stream)>>>(
       static_cast<const __nv_bfloat16*>(expert_out), permuted_row, topk_weights, top_k, hidden,
-      static_cast<__nv_bfloat16*>(out));
+      slices, static_cast<__nv_bfloat16*>(out));
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
