@@ -25,13 +25,15 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c) {
     case GroupedGemmConfig::kWide: return "wide";
     case GroupedGemmConfig::kNarrow: return "narrow";
     case GroupedGemmConfig::kSwapWide: return "swap_wide";
+    case GroupedGemmConfig::kDecode: return "decode";
   }
   return "?";
 }
 
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what) {
   constexpr GroupedGemmConfig all[] = {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide,
-                                       GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide};
+                                       GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
+                                       GroupedGemmConfig::kDecode};
   std::string valid;
   for (auto c : all) {
     if (grouped_gemm_config_name(c) == name) return c;
@@ -40,11 +42,12 @@ GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::
   throw_arg_error("grouped_gemm", what, "one of " + valid, name);
 }
 
-bool grouped_gemm_config_built(GroupedGemmType, GroupedGemmConfig c) {
+bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c) {
   switch (c) {
     case GroupedGemmConfig::kWide:
     case GroupedGemmConfig::kNarrow:
     case GroupedGemmConfig::kSwapWide: return true;  // for both types
+    case GroupedGemmConfig::kDecode: return t == GroupedGemmType::kBF16;
     case GroupedGemmConfig::kAuto: return false;
   }
   return false;  // a value outside the enum
@@ -62,9 +65,12 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
   // limited to E <= 16 (measured at E = 8; 96..255 brackets the measured 128 between the
   // measured 16 (narrow best) and 1024 (wide best)).
   if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
-  // bf16: narrow wins at <= 16 rows per expert, wide from 64 (run 2).
-  if (t == GroupedGemmType::kBF16)
+  // bf16: decode up to 16 rows per expert (PREDICTION, measured in the next H200 run), narrow
+  // below 64 (run 2), wide from 64 (run 2).
+  if (t == GroupedGemmType::kBF16) {
+    if (r <= 16) return GroupedGemmConfig::kDecode;
     return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
+  }
   // fp8: wide from 128 rows per expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us
   // in run 3, 5341 vs 5389 in run 2), qwen3-235b-a22b / qwen3-30b-a3b 4096 (256 rows: 2023 vs
   // 2133 and 761 vs 776 us), mixtral-8x7b 2048 (512 rows: 1808 vs 1936 us; session 3, 2026-12-01,
@@ -116,6 +122,7 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kWide: return {detail::bf16_wide_grouped_gemm_workspace_bytes, detail::bf16_wide_grouped_gemm_run};
       case C::kNarrow: return {detail::bf16_narrow_grouped_gemm_workspace_bytes, detail::bf16_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::bf16_swap_wide_grouped_gemm_workspace_bytes, detail::bf16_swap_wide_grouped_gemm_run};
+      case C::kDecode: return {detail::bf16_decode_grouped_gemm_workspace_bytes, detail::bf16_decode_grouped_gemm_run};
       case C::kAuto: break;
     }
   } else {
@@ -123,6 +130,7 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kWide: return {detail::fp8_block_wide_grouped_gemm_workspace_bytes, detail::fp8_block_wide_grouped_gemm_run};
       case C::kNarrow: return {detail::fp8_block_narrow_grouped_gemm_workspace_bytes, detail::fp8_block_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::fp8_block_swap_wide_grouped_gemm_workspace_bytes, detail::fp8_block_swap_wide_grouped_gemm_run};
+      case C::kDecode:
       case C::kAuto: break;
     }
   }
@@ -137,7 +145,8 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   require_available(t);
   std::size_t bytes = 0;
 #if MOEKIT_WITH_CUTLASS
-  for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide}) {
+  for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
+                 GroupedGemmConfig::kDecode}) {
     const Launcher l = launcher(t, c);
     if (l.workspace_bytes != nullptr) bytes = std::max(bytes, l.workspace_bytes(num_experts));
   }
