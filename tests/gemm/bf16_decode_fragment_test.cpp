@@ -21,12 +21,29 @@ namespace {
 
 using gemm::sm90_decode::bf16_a_source;
 using gemm::sm90_decode::bf16_b_source;
+using gemm::sm90_decode::bf16_lane_k;
+using gemm::sm90_decode::kBf16HalfStride;
 using gemm::sm90_decode::WordSource;
 
 constexpr int kChunk = 64;
 
 // The real K index of word `w` (two bf16: element e = 0, 1) of half h, as lane t loads them.
-int real_k(int t, const WordSource& s, int e) { return 16 * t + 8 * s.half + 2 * s.word + e; }
+int real_k(int t, const WordSource& s, int e) {
+  return bf16_lane_k(t) + kBf16HalfStride * s.half + 2 * s.word + e;
+}
+
+// Each load instruction (one half, all lanes of a row) reads whole 32-byte sectors, and the two
+// halves of the 4 lanes of a row are the chunk's 128 bytes.
+TEST(Bf16DecodeFragments, LoadsCoverWholeSectors) {
+  for (int h = 0; h < 2; ++h) {
+    std::set<int> bytes;
+    for (int t = 0; t < 4; ++t)
+      for (int b = 0; b < 16; ++b) bytes.insert(2 * (bf16_lane_k(t) + kBf16HalfStride * h) + b);
+    EXPECT_EQ(bytes.size(), 64u);
+    EXPECT_EQ(*bytes.begin() % 32, 0);
+    EXPECT_EQ(*bytes.rbegin() - *bytes.begin(), 63);
+  }
+}
 
 TEST(Bf16DecodeFragments, PermutationCoversEachChunkOncePerOperand) {
   for (int g = 0; g < 8; ++g) {

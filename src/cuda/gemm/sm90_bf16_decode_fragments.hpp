@@ -3,16 +3,21 @@
 // device), so that a host test can emulate the MMA with it (tests/gemm/bf16_decode_fragment_test).
 //
 // The weights stay in the checkpoint layout (row-major [N, K] per expert). A warp's item is a
-// 16-row x 64-wide K chunk: lane (g = lane / 4, t = lane % 4) loads the 32 contiguous bytes
-// K [16t, 16t + 16) of weight rows g and g + 8 (two 16-byte loads each: halves h = 0, 1), and the
-// same 32 bytes of token g's activation row. The MMA contracts over K, so any permutation of K
-// applied to both operands gives the same sum: step s (0..3) takes the K words of half s / 2,
-// words 2 (s % 2) and 2 (s % 2) + 1, i.e. the real K 16t + 4s + {0, 1} sit at MMA k-slots
-// {2t, 2t + 1} and 16t + 4s + {2, 3} at {2t + 8, 2t + 9}: the permutation the W4A16 weight shuffle
-// bakes into its layout (sm90_w4a16_wgmma_gemm.cuh), so both codecs share the activation loads.
+// 16-row x 64-wide K chunk: lane (g = lane / 4, t = lane % 4) loads two 16-byte halves
+// K bf16_lane_k(t) + kBf16HalfStride h + [0, 8) (h = 0, 1) of weight rows g and g + 8, and the same
+// bytes of token g's activation row: one load instruction covers 64 contiguous bytes of each row
+// (full 32-byte sectors), the two halves the row's whole 128-byte line. The MMA contracts over K,
+// so any permutation of K applied to both operands gives the same sum: step s (0..3) takes the K
+// words of half s / 2, words 2 (s % 2) and 2 (s % 2) + 1 (the word order the W4A16 dequant
+// produces, so both codecs share the kernel's MMA loop), i.e. the real K 8t + 32 (s / 2) +
+// 4 (s % 2) + {0, 1} sit at MMA k-slots {2t, 2t + 1} and + {2, 3} at {2t + 8, 2t + 9}.
 #pragma once
 
 namespace moekit::gemm::sm90_decode {
+
+constexpr int kBf16HalfStride = 32;  // elements between a lane's two halves
+// First K element (in the chunk) of lane t's first half.
+constexpr int bf16_lane_k(int t) { return 8 * t; }
 
 // One 32-bit word (two bf16) of a lane's loads: weight row g (row8 = false) or g + 8, 16-byte
 // half (0: K 16t .. 16t + 7, 1: K 16t + 8 .. 16t + 15) and word in it (0..3).

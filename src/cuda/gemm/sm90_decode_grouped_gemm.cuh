@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- activation cursor: trails the weight cursor by kStages - kXStages
   // items ----
   int x_unit = 0, x_ci = 0;
-  const int x_k_left = p.k - t * 16;  // Codec::kTails: half h of chunk c exists if 64c + 8h < it
+  // Lane t's activation halves sit where its weight halves do (Codec::lane_k, kHalfStride).
+  const int x_k_left = p.k - Codec::lane_k(t);  // kTails: half h of chunk c exists if < it
   const __nv_bfloat16* xptr[Cfg::kTilesN];
   bool x_ok[Cfg::kTilesN];
   auto set_x_unit = [&](int i) {
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int row = un.row_begin + nt * 8 + g;
       x_ok[nt] = row < un.row_end;
       const std::int64_t src = x_ok[nt] ? (p.row_index ? p.row_index[row] : row) : 0;
-      xptr[nt] = p.a + src * p.lda + t * 16;
+      xptr[nt] = p.a + src * p.lda + Codec::lane_k(t);
     }
   };
   if constexpr (!kPdl) set_x_unit(0);
@@ -250,8 +251,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const bool in_k = !Codec::kTails || c * 64 + 8 * h < x_k_left;
-        xr[nt][h] = load_activation(xptr[nt] + c * 64 + 8 * h, ok && x_ok[nt] && in_k);
+        const int k = c * 64 + Codec::kHalfStride * h;
+        const bool in_k = !Codec::kTails || k < x_k_left;
+        xr[nt][h] = load_activation(xptr[nt] + k, ok && x_ok[nt] && in_k);
       }
     }
   };

@@ -8,6 +8,9 @@
 //                 masked; false: the launcher guarantees N % 16 == 0 and K % 64 == 0
 //   kUnscale      the epilogue's accumulator multiplier
 //   kSmemBytes    its shared-memory table (init_smem fills it before the kernel's first barrier)
+//   lane_k(t), kHalfStride  where lane (g, t) finds its two 16-byte activation halves in a chunk:
+//                 K lane_k(t) + kHalfStride h + [0, 8), h = 0, 1 (the same K its weight registers
+//                 hold, in the word order of sm90_bf16_decode_fragments.hpp)
 //   chunks(k), row_tiles(n)
 //   Item          the registers of one item (one ring slot of one 16-row tile)
 //   Cursor        set(p, e, rt0, lane): the unit's first 16-row tile rt0 of expert e;
@@ -37,6 +40,9 @@ struct W4Codec {
   static_assert(sm90_w4a16::kUnscaleLog2 == 64, "unscale constant");
   static constexpr int kSmemBytes = 256 * 4;
   static constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
+  // The shuffle stores lane t's codes for K [16t, 16t + 16) (sm90_w4a16_weight_shuffle.cpp).
+  static constexpr int kHalfStride = 8;
+  __host__ __device__ static constexpr int lane_k(int t) { return 16 * t; }
   __host__ __device__ static constexpr int chunks(int k) { return k / 64; }
   __host__ __device__ static constexpr int row_tiles(int n) { return n / 16; }
 
@@ -102,14 +108,16 @@ struct W4Codec {
 };
 
 // bf16 weights in the checkpoint layout [E, N, K] (row-major per expert, no re-layout): lane
-// (g, t) loads K [16t, 16t + 16) of rows g and g + 8 of the tile as two 16-byte halves each, the
-// 4 lanes of a row one full 128-byte line per item. The register map is
-// sm90_bf16_decode_fragments.hpp (the same K permutation as the W4A16 shuffle, so the kernel's
-// activation loads match). Tails: N % 8 == 0 and K % 8 == 0 (whole 16-byte halves).
+// (g, t) loads the halves K 8t + 32h + [0, 8) (h = 0, 1) of rows g and g + 8 of the tile: each
+// load instruction reads 64 contiguous bytes per row (two full 32-byte sectors), the two together
+// the row's 128-byte line of the chunk. The register map: sm90_bf16_decode_fragments.hpp. Tails:
+// N % 8 == 0 and K % 8 == 0 (whole 16-byte halves).
 struct Bf16Codec {
   static constexpr bool kTails = true;
   static constexpr float kUnscale = 1.0f;
   static constexpr int kSmemBytes = 0;
+  static constexpr int kHalfStride = kBf16HalfStride;
+  __host__ __device__ static constexpr int lane_k(int t) { return bf16_lane_k(t); }
   __host__ __device__ static constexpr int chunks(int k) { return (k + 63) / 64; }
   __host__ __device__ static constexpr int row_tiles(int n) { return (n + 15) / 16; }
   __device__ static void init_smem(unsigned char*, int, int) {}
@@ -119,16 +127,16 @@ struct Bf16Codec {
   };
 
   struct Cursor {
-    const __nv_bfloat16* row;  // row g of tile rt0 at K 16t
+    const __nv_bfloat16* row;  // row g of tile rt0 at K lane_k(t)
     int rows_left;             // N - (16 rt0 + g): rows g + 8 of tile m exist when 16m + 8 < it
-    int k_left;                // K - 16t: half h of chunk c exists when 64c + 8h < it
+    int k_left;                // K - lane_k(t): half h of chunk c exists when 64c + 32h < it
     __device__ void set(const Params& p, int e, int rt0, int lane) {
       const int g = lane / 4, t = lane % 4;
       const int row0 = rt0 * 16 + g;
       row = reinterpret_cast<const __nv_bfloat16*>(p.w) +
-            (static_cast<std::int64_t>(e) * p.n + row0) * p.k + t * 16;
+            (static_cast<std::int64_t>(e) * p.n + row0) * p.k + lane_k(t);
       rows_left = p.n - row0;
-      k_left = p.k - t * 16;
+      k_left = p.k - lane_k(t);
     }
     template <bool kL2Prefetch>
     __device__ void load(const Params& p, Item& it, int m, int c, bool ok) const {
@@ -137,11 +145,11 @@ struct Bf16Codec {
       const bool ok8 = ok && m * 16 + 8 < rows_left;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const bool in_k = c * 64 + 8 * h < k_left;
+        const bool in_k = c * 64 + kHalfStride * h < k_left;
         it.half[0][h] = sm90_w4a16::load_weights<kL2Prefetch>(
-            reinterpret_cast<const std::uint8_t*>(r0 + 8 * h), ok && in_k);
+            reinterpret_cast<const std::uint8_t*>(r0 + kHalfStride * h), ok && in_k);
         it.half[1][h] = sm90_w4a16::load_weights<kL2Prefetch>(
-            reinterpret_cast<const std::uint8_t*>(r8 + 8 * h), ok8 && in_k);
+            reinterpret_cast<const std::uint8_t*>(r8 + kHalfStride * h), ok8 && in_k);
       }
     }
   };
