@@ -45,12 +45,13 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 //              weights once from HBM at near copy bandwidth with 16-byte loads into registers
 //              (mma.sync, the weights as the MMA's M side, 8 or 16 tokens as N), partial sums added
 //              in a fixed order (deterministic); reads B in place (no re-layout, no workspace).
-// kAuto picks from the number of experts E and the average rows per expert that can hold rows,
-// max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a captured
-// graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements, see
-// docs/kernels/bf16_fp8.md ("Run 3"):
+// kAuto picks from the number of experts E, max_rows and the average rows per expert that can
+// hold rows, max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a
+// captured graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements,
+// see docs/kernels/bf16_fp8.md ("Run 3", "Decode"):
+//   bf16: kDecode for max_rows <= 16, or <= 32 when E <= 128 (decode token counts); else
 //   both: kSwapWide for 96..255 rows per expert when E <= 16 (Mixtral at 512 tokens); else
-//   bf16: kDecode up to 16 rows per expert, kNarrow below 64, kWide from 64;
+//   bf16: kNarrow below 64 rows per expert, kWide from 64;
 //   fp8:  kWide from 128 rows per expert, kNarrow below.
 enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide, kDecode };
 // "auto", "wide", "narrow", "swap_wide", "decode"
@@ -59,9 +60,9 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c);
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what);
 // True when config c (not kAuto) has a kernel for type t.
 bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c);
-// The config kAuto resolves to for E experts and rows_per_expert = max_rows / min(E, max_rows).
+// The config kAuto resolves to for E experts and max_rows rows.
 GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
-                                           std::int64_t rows_per_expert);
+                                           std::int64_t max_rows);
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows);
 

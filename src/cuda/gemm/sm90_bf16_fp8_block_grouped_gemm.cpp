@@ -57,18 +57,26 @@ bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c) {
 // layer_20261201_bf16_fp8_run3a.json; docs/kernels/bf16_fp8.md "Run 3"). Only cells with a
 // measured comparison changed from the run-2 rule; the rest keep it.
 GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
-                                           std::int64_t rows_per_expert) {
-  const std::int64_t r = rows_per_expert;
+                                           std::int64_t max_rows) {
+  const std::int64_t holders =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
+  const std::int64_t r = max_rows / holders;
   // Swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512 tokens: bf16 860 vs 992 us
   // wide, fp8 578 vs 670 us narrow) and loses with many experts at the same rows per expert
   // (deepseek-v3 4096: bf16 7964 vs 7624 us wide; kimi-k2 / qwen3-235b slower too), so it is
   // limited to E <= 16 (measured at E = 8; 96..255 brackets the measured 128 between the
   // measured 16 (narrow best) and 1024 (wide best)).
   if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
-  // bf16: decode up to 16 rows per expert (PREDICTION, measured in the next H200 run), narrow
-  // below 64 (run 2), wide from 64 (run 2).
+  // bf16: decode for few rows in all (H200, 2026-12-01c run 2, layer with each config forced,
+  // bench/results/layer_20261201c_bf16_decode_*; docs/kernels/bf16_fp8.md "Decode"): it wins up to
+  // 16 rows (mixtral-8x7b M = 1..8: 208 vs 260 .. 654 vs 672 us; qwen3-235b-a22b M = 1, 2;
+  // deepseek-v3 / kimi-k2 M = 1, 2: 214 vs 224, 216 vs 244 us) and at 32 rows with E <= 128
+  // (mixtral M = 16: 729 vs 741 us, qwen3-235b M = 4: 314 vs 328 us); narrow wins from 32 rows with
+  // E >= 256 (deepseek-v3 M = 4: 718 vs 733 us; kimi-k2 M = 4 a tie) and from 64 rows (mixtral
+  // M = 32: 740 vs 882 us; qwen3-235b M = 8 a tie). Then narrow below 64 rows per expert (run 2),
+  // wide from 64 (run 2).
   if (t == GroupedGemmType::kBF16) {
-    if (r <= 16) return GroupedGemmConfig::kDecode;
+    if (max_rows <= 16 || (max_rows <= 32 && num_experts <= 128)) return GroupedGemmConfig::kDecode;
     return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
   }
   // fp8: wide from 128 rows per expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us
@@ -81,9 +89,7 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
 
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows) {
-  if (c != GroupedGemmConfig::kAuto) return c;
-  const std::int64_t holders = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
-  return auto_grouped_gemm_config(t, num_experts, max_rows / holders);
+  return c != GroupedGemmConfig::kAuto ? c : auto_grouped_gemm_config(t, num_experts, max_rows);
 }
 
 bool grouped_gemm_available(GroupedGemmType) {
