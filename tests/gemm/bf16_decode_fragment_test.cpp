@@ -111,7 +111,8 @@ TEST(Bf16DecodeFragments, EmulatedMmaGivesThePlainProduct) {
       const int g = lane / 4, t = lane % 4;
       for (int r = 0; r < 4; ++r) {
         const WordSource src = bf16_a_source(s, r);
-        for (int e = 0; e < 2; ++e) a_regs[lane][r][e] = w[g + (src.row8 ? 8 : 0)][real_k(t, src, e)];
+        for (int e = 0; e < 2; ++e)
+          a_regs[lane][r][e] = w[g + (src.row8 ? 8 : 0)][real_k(t, src, e)];
       }
       for (int r = 0; r < 2; ++r) {
         const WordSource src = bf16_b_source(s, r);

@@ -13,8 +13,8 @@
 #include "core/device_runtime.hpp"
 #include "cuda/bench/bench.hpp"
 #include "cuda/bench/bench_cublas.hpp"
-#include "cuda/bench/bench_util.hpp"
 #include "cuda/bench/bench_kernels.hpp"
+#include "cuda/bench/bench_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 #include "moekit/moe/layer_config.hpp"
@@ -73,12 +73,12 @@ void run_gemm_bench(const BenchOptions& o) {
         make_routing(m, e, k, o.seed * 1000003 + static_cast<std::uint64_t>(m), ids, tw);
         int distinct = 0;
         const std::vector<std::int32_t> offsets = expert_offsets_of(ids, e, &distinct);
-        MOEKIT_CUDA_CHECK(cudaMemcpy(off.p, offsets.data(), offsets.size() * 4,
-                                     cudaMemcpyHostToDevice));
+        MOEKIT_CUDA_CHECK(
+            cudaMemcpy(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
         const double wbytes = static_cast<double>(distinct) * g.n * g.k * 2;
         const double floor_s = wbytes / (c.copy_gbps * 1e9);
-        const GroupedGemmConfig picked = gemm::resolve_grouped_gemm_config(
-            type, GroupedGemmConfig::kAuto, e, r);
+        const GroupedGemmConfig picked =
+            gemm::resolve_grouped_gemm_config(type, GroupedGemmConfig::kAuto, e, r);
         for (const GroupedGemmConfig config : kConfigs) {
           gemm::GroupedGemmArgs args;
           args.num_experts = e;
@@ -102,12 +102,21 @@ void run_gemm_bench(const BenchOptions& o) {
                       st.p90_us, wbytes / t / 1e9, floor_s * 1e6, floor_s / t,
                       config == picked ? "<- auto" : "");
           std::fflush(stdout);
-          rows.push_back({{"preset", preset_name}, {"gemm", g.name}, {"n", g.n}, {"k", g.k},
-                          {"tokens", m}, {"rows", r}, {"distinct_experts", distinct},
-                          {"config", name}, {"auto_config", config == picked},
-                          {"time_us", st.median_us}, {"p10_us", st.p10_us},
-                          {"p90_us", st.p90_us}, {"weight_bytes", wbytes},
-                          {"gbps", wbytes / t / 1e9}, {"floor_us", floor_s * 1e6},
+          rows.push_back({{"preset", preset_name},
+                          {"gemm", g.name},
+                          {"n", g.n},
+                          {"k", g.k},
+                          {"tokens", m},
+                          {"rows", r},
+                          {"distinct_experts", distinct},
+                          {"config", name},
+                          {"auto_config", config == picked},
+                          {"time_us", st.median_us},
+                          {"p10_us", st.p10_us},
+                          {"p90_us", st.p90_us},
+                          {"weight_bytes", wbytes},
+                          {"gbps", wbytes / t / 1e9},
+                          {"floor_us", floor_s * 1e6},
                           {"floor_over_time", floor_s / t}});
         }
       }
@@ -117,12 +126,15 @@ void run_gemm_bench(const BenchOptions& o) {
     const char* commit = std::getenv("MOEKIT_COMMIT");
     json doc = {{"tool", "moekit bench --gemm"},
                 {"commit", commit ? commit : "unknown"},
-                {"gpu", {{"name", dev.name}, {"sm", dev.sm_major * 10 + dev.sm_minor},
-                         {"multiprocessors", dev.multiprocessors}}},
-                {"method", "each bf16 grouped GEMM alone in a CUDA graph, L2 flushed (512 MiB "
-                           "read) before each replay, median of reps; uniform random top-k "
-                           "routing; floor = weight bytes of the touched experts / in-run copy "
-                           "bandwidth"},
+                {"gpu",
+                 {{"name", dev.name},
+                  {"sm", dev.sm_major * 10 + dev.sm_minor},
+                  {"multiprocessors", dev.multiprocessors}}},
+                {"method",
+                 "each bf16 grouped GEMM alone in a CUDA graph, L2 flushed (512 MiB "
+                 "read) before each replay, median of reps; uniform random top-k "
+                 "routing; floor = weight bytes of the touched experts / in-run copy "
+                 "bandwidth"},
                 {"reps", o.reps},
                 {"ceilings", {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}}},
                 {"rows", rows}};

@@ -32,6 +32,8 @@ constexpr WordSource bf16_a_source(int step, int reg) {
   return {reg % 2 == 1, step / 2, 2 * (step % 2) + reg / 2};
 }
 // B register r (0: k-slots 2t, 2t + 1; 1: 2t + 8, 2t + 9) of step s, from token g's loads.
-constexpr WordSource bf16_b_source(int step, int reg) { return {false, step / 2, 2 * (step % 2) + reg}; }
+constexpr WordSource bf16_b_source(int step, int reg) {
+  return {false, step / 2, 2 * (step % 2) + reg};
+}
 
 }  // namespace moekit::gemm::sm90_decode

@@ -154,8 +154,8 @@ struct Problem {
     EXPECT_EQ(clobbered, 0) << "elements past expert_offsets[E] or in the ldd pad written";
     EXPECT_EQ(outside, 0) << "elements outside the bound (worst error / bound " << worst << ")";
     const double total = static_cast<double>(used) * s.n;
-    EXPECT_LE(off_rounded, 0.02 * total) << off_rounded << " of " << total
-                                         << " differ from the rounded reference";
+    EXPECT_LE(off_rounded, 0.02 * total)
+        << off_rounded << " of " << total << " differ from the rounded reference";
     ::testing::Test::RecordProperty("worst_error_over_bound", std::to_string(worst));
   }
 };
@@ -189,7 +189,8 @@ void check_shape(const DecodeShape& shape) {
 class Bf16DecodeGemm : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!gemm::grouped_gemm_available(GroupedGemmType::kBF16)) GTEST_SKIP() << "built without CUTLASS";
+    if (!gemm::grouped_gemm_available(GroupedGemmType::kBF16))
+      GTEST_SKIP() << "built without CUTLASS";
   }
 };
 
@@ -250,7 +251,8 @@ TEST_F(Bf16DecodeGemm, PdlChainInGraphFollowsDeviceOffsets) {
   const int E = 4, n1 = 512, k1 = 1024, n2 = 256, rows = 12;
   Problem g1({{3, 0, 4, 5}, n1, k1}, seed);
   Problem g2({{3, 0, 4, 5}, n2, n1}, seed + 1);  // its b; A is GEMM1's output
-  DeviceArray<std::uint16_t> d1(static_cast<std::size_t>(rows) * n1), d2(static_cast<std::size_t>(rows) * n2);
+  DeviceArray<std::uint16_t> d1(static_cast<std::size_t>(rows) * n1),
+      d2(static_cast<std::size_t>(rows) * n2);
   GroupedGemmArgs a1;
   a1.num_experts = E, a1.n = n1, a1.k = k1, a1.max_rows = rows;
   a1.expert_offsets = g1.d_off.get(), a1.a = g1.d_a.get(), a1.b = g1.d_b.get(), a1.d = d1.get();
