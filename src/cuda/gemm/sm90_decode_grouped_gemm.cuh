@@ -131,7 +131,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
 }
 
 // kPdl (v5): launched as a programmatic dependent of the previous kernel
-// (W4A16GemmArgs::overlap_previous): the prologue, the weight ring's first
+// (W4A16GemmArgs / GroupedGemmArgs::overlap_previous): the prologue, the weight ring's first
 // kStages items and an L2 prefetch of the first unit run before pdl_wait; the
 // activations after it; it also lets its own dependent launch early.
 // kPdl = false is the v4 kernel, unchanged (no griddepcontrol at all).
