@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../../src/cuda/gemm/sm90_w4a16_decode_gemm.cuh"
+#include "../../src/cuda/gemm/sm90_decode_grouped_gemm.cuh"
 #include "../../src/cuda/gemm/sm90_w4a16_grouped_gemm.cuh"
 #include "moekit/gemm/w4a16.hpp"
 
 using namespace moekit::gemm;
 using namespace moekit::gemm::sm90_w4a16;
+using namespace moekit::gemm::sm90_decode;
 
 #define CK(x)                                                                              \
   do {                                                                                     \
@@ -113,13 +114,23 @@ Setup make_setup(const Problem& p, bool gather) {
   return s;
 }
 
+// Dynamic shared memory of either kernel.
+template <typename Cfg>
+int smem_of(int experts) {
+  if constexpr (requires { Cfg::kWarpsM; })
+    return Cfg::smem_bytes(experts);
+  else
+    return decode_smem_bytes<Cfg, W4Codec<true>>(experts);
+}
+
 template <typename Cfg, bool kSkip>
 auto kernel_of(int epi) {
   if constexpr (requires { Cfg::kWarpsM; }) {
     return epi ? w4a16_grouped_gemm_kernel<Cfg, true, 1, kSkip>
                : w4a16_grouped_gemm_kernel<Cfg, true, 0, kSkip>;
   } else {
-    return epi ? w4a16_decode_gemm_kernel<Cfg, true, 1> : w4a16_decode_gemm_kernel<Cfg, true, 0>;
+    return epi ? decode_grouped_gemm_kernel<Cfg, W4Codec<true>, 1>
+               : decode_grouped_gemm_kernel<Cfg, W4Codec<true>, 0>;
   }
 }
 
@@ -140,7 +151,7 @@ void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool
   params.k = static_cast<int>(p.k);
   params.swiglu_alpha = 1.702f;
   params.swiglu_limit = 7.0f;
-  const int smem = Cfg::smem_bytes(p.e);
+  const int smem = smem_of<Cfg>(p.e);
   auto kernel = kernel_of<Cfg, kSkip>(p.epi);
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
@@ -202,7 +213,7 @@ void measure(const char* vname, const Problem& p, const Setup& s, cudaStream_t s
   int per_sm = 0;
   auto kernel = kernel_of<Cfg, kSkip>(0);
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads,
-                                                   Cfg::smem_bytes(p.e)));
+                                                   smem_of<Cfg>(p.e)));
   const double flops = 2.0 * p.m * p.topk * double(p.n) * p.k;
   std::printf("%-22s %-26s %8.1f us %7.0f GB/s %6.1f TFLOP/s (ctas/sm %d)\n", p.name, vname,
               t * 1e6, bytes / t / 1e9, flops / t / 1e12, per_sm);

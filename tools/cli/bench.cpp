@@ -40,6 +40,7 @@ struct Args {
   int reps = 30;
   std::uint64_t seed = 1;
   bool no_baseline = false;
+  bool gemm = false;
 };
 
 void setup_bench(CLI::App& sub) {
@@ -57,6 +58,9 @@ void setup_bench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--seed", args->seed, "Seed of weights, inputs and routing")->capture_default_str();
   sub.add_flag("--no-baseline", args->no_baseline, "Skip the cuBLAS per-expert baseline");
+  sub.add_flag("--gemm", args->gemm,
+               "GEMM level: the bf16 grouped GEMMs alone per kernel config (decode, narrow, wide) "
+               "against the copy bandwidth");
   sub.callback([args] {
 #if MOEKIT_WITH_CUDA
     moekit::bench::BenchOptions o;
@@ -75,7 +79,10 @@ void setup_bench(CLI::App& sub) {
     o.reps = args->reps;
     o.seed = args->seed;
     o.baseline = !args->no_baseline;
-    moekit::bench::run_bench(o);
+    if (args->gemm)
+      moekit::bench::run_gemm_bench(o);
+    else
+      moekit::bench::run_bench(o);
 #else
     MOEKIT_FAIL("bench: moekit was built without the CUDA backend (configure with "
                 "-DMOEKIT_CUDA=ON on a machine with nvcc); the benchmark needs an SM90 GPU");

@@ -41,22 +41,28 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 //   kSwapWide  swap-AB: the weights are the MMA's M side (128-row weight tiles), an expert's rows
 //              its N side in tiles of 160 (cooperative; K tile bf16 64, fp8 128): all ~128 rows of
 //              an expert in one tile, each weight tile read once, no 128-row padding.
-// kAuto picks from the number of experts E and the average rows per expert that can hold rows,
-// max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a captured
-// graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements, see
-// docs/kernels/bf16_fp8.md ("Run 3"):
+//   kDecode    bf16 only, few rows per expert (decode): not CUTLASS; warps split K and stream the
+//              weights once from HBM at near copy bandwidth with 16-byte loads into registers
+//              (mma.sync, the weights as the MMA's M side, 8 or 16 tokens as N), partial sums added
+//              in a fixed order (deterministic); reads B in place (no re-layout, no workspace).
+// kAuto picks from the number of experts E, max_rows and the average rows per expert that can
+// hold rows, max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a
+// captured graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements,
+// see docs/kernels/bf16_fp8.md ("Run 3", "Decode"):
+//   bf16: kDecode for max_rows <= 16, or <= 32 when E <= 128 (decode token counts); else
 //   both: kSwapWide for 96..255 rows per expert when E <= 16 (Mixtral at 512 tokens); else
 //   bf16: kNarrow below 64 rows per expert, kWide from 64;
 //   fp8:  kWide from 128 rows per expert, kNarrow below.
-enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide };
-std::string grouped_gemm_config_name(GroupedGemmConfig c);  // "auto", "wide", "narrow", "swap_wide"
+enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide, kDecode };
+// "auto", "wide", "narrow", "swap_wide", "decode"
+std::string grouped_gemm_config_name(GroupedGemmConfig c);
 // The config named `name` (one of the names above); throws moekit::Error naming `what` otherwise.
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what);
 // True when config c (not kAuto) has a kernel for type t.
 bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c);
-// The config kAuto resolves to for E experts and rows_per_expert = max_rows / min(E, max_rows).
+// The config kAuto resolves to for E experts and max_rows rows.
 GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
-                                           std::int64_t rows_per_expert);
+                                           std::int64_t max_rows);
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows);
 
@@ -81,6 +87,13 @@ struct GroupedGemmArgs {
   std::size_t workspace_bytes = 0;
   StreamHandle stream = nullptr;
   GroupedGemmConfig config = GroupedGemmConfig::kAuto;
+  // kDecode only (the others ignore it): launch as a programmatic dependent (PDL) of the previous
+  // kernel on `stream`, so that its prologue and first weight loads (plus an L2 prefetch of up to
+  // 16 MB of weights) overlap that kernel's tail; every read of a and write of d waits for it. The
+  // caller guarantees that the previous kernel writes neither expert_offsets nor b (e.g. GEMM1
+  // after the row gather, GEMM2 after the activation; not right after the permute that writes
+  // the offsets). Graph-capturable.
+  bool overlap_previous = false;
 };
 
 // Bytes of workspace (enough for every config) a launch with num_experts groups needs on the current device.
@@ -88,7 +101,7 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts);
 
 // Validates (throws moekit::Error naming the argument: alignment K % 8 (bf16) / K % 128 (fp8),
 // N % 8, strides, null pointers, workspace size, a config not built for the type) and
-// launches. Asynchronous.
+// launches. Asynchronous. Every config takes the same shapes (kDecode too: N % 8, K % 8).
 void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args);
 
 // gate_up: device bf16 [R, 2I] (row stride 2I); out: bf16 [R, I]. num_rows: device i32 scalar

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/bench/bench_kernels.hpp"
+#include "cuda/bench/bench_util.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 
@@ -24,14 +25,6 @@ namespace moekit::bench {
 namespace {
 
 constexpr std::size_t kCublasWorkspace = 64ull << 20;
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { MOEKIT_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 // Median milliseconds of `reps` event-timed calls of fn after 3 warm-ups.
 template <typename Fn>

@@ -267,6 +267,10 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
   g1.stream = stream;
   g1.config = st.config;
+  // PDL (the decode config; the others ignore it): GEMM1's previous kernel is the row gather,
+  // GEMM2's the activation; neither writes the offsets (the permute before the gather does) or the
+  // weights.
+  g1.overlap_previous = true;
   gemm::grouped_gemm(type_, g1);
 
   if (fp8) {

@@ -25,13 +25,15 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c) {
     case GroupedGemmConfig::kWide: return "wide";
     case GroupedGemmConfig::kNarrow: return "narrow";
     case GroupedGemmConfig::kSwapWide: return "swap_wide";
+    case GroupedGemmConfig::kDecode: return "decode";
   }
   return "?";
 }
 
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what) {
   constexpr GroupedGemmConfig all[] = {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide,
-                                       GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide};
+                                       GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
+                                       GroupedGemmConfig::kDecode};
   std::string valid;
   for (auto c : all) {
     if (grouped_gemm_config_name(c) == name) return c;
@@ -40,11 +42,12 @@ GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::
   throw_arg_error("grouped_gemm", what, "one of " + valid, name);
 }
 
-bool grouped_gemm_config_built(GroupedGemmType, GroupedGemmConfig c) {
+bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c) {
   switch (c) {
     case GroupedGemmConfig::kWide:
     case GroupedGemmConfig::kNarrow:
     case GroupedGemmConfig::kSwapWide: return true;  // for both types
+    case GroupedGemmConfig::kDecode: return t == GroupedGemmType::kBF16;
     case GroupedGemmConfig::kAuto: return false;
   }
   return false;  // a value outside the enum
@@ -54,17 +57,28 @@ bool grouped_gemm_config_built(GroupedGemmType, GroupedGemmConfig c) {
 // layer_20261201_bf16_fp8_run3a.json; docs/kernels/bf16_fp8.md "Run 3"). Only cells with a
 // measured comparison changed from the run-2 rule; the rest keep it.
 GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
-                                           std::int64_t rows_per_expert) {
-  const std::int64_t r = rows_per_expert;
+                                           std::int64_t max_rows) {
+  const std::int64_t holders =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
+  const std::int64_t r = max_rows / holders;
   // Swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512 tokens: bf16 860 vs 992 us
   // wide, fp8 578 vs 670 us narrow) and loses with many experts at the same rows per expert
   // (deepseek-v3 4096: bf16 7964 vs 7624 us wide; kimi-k2 / qwen3-235b slower too), so it is
   // limited to E <= 16 (measured at E = 8; 96..255 brackets the measured 128 between the
   // measured 16 (narrow best) and 1024 (wide best)).
   if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
-  // bf16: narrow wins at <= 16 rows per expert, wide from 64 (run 2).
-  if (t == GroupedGemmType::kBF16)
+  // bf16: decode for few rows in all (H200, 2026-12-01c run 2, layer with each config forced,
+  // bench/results/layer_20261201c_bf16_decode_*; docs/kernels/bf16_fp8.md "Decode"): it wins up to
+  // 16 rows (mixtral-8x7b M = 1..8: 208 vs 260 .. 654 vs 672 us; qwen3-235b-a22b M = 1, 2;
+  // deepseek-v3 / kimi-k2 M = 1, 2: 214 vs 224, 216 vs 244 us) and at 32 rows with E <= 128
+  // (mixtral M = 16: 729 vs 741 us, qwen3-235b M = 4: 314 vs 328 us); narrow wins from 32 rows with
+  // E >= 256 (deepseek-v3 M = 4: 718 vs 733 us; kimi-k2 M = 4 a tie) and from 64 rows (mixtral
+  // M = 32: 740 vs 882 us; qwen3-235b M = 8 a tie). Then narrow below 64 rows per expert (run 2),
+  // wide from 64 (run 2).
+  if (t == GroupedGemmType::kBF16) {
+    if (max_rows <= 16 || (max_rows <= 32 && num_experts <= 128)) return GroupedGemmConfig::kDecode;
     return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
+  }
   // fp8: wide from 128 rows per expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us
   // in run 3, 5341 vs 5389 in run 2), qwen3-235b-a22b / qwen3-30b-a3b 4096 (256 rows: 2023 vs
   // 2133 and 761 vs 776 us), mixtral-8x7b 2048 (512 rows: 1808 vs 1936 us; session 3, 2026-12-01,
@@ -75,9 +89,7 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
 
 GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConfig c,
                                               int num_experts, std::int64_t max_rows) {
-  if (c != GroupedGemmConfig::kAuto) return c;
-  const std::int64_t holders = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
-  return auto_grouped_gemm_config(t, num_experts, max_rows / holders);
+  return c != GroupedGemmConfig::kAuto ? c : auto_grouped_gemm_config(t, num_experts, max_rows);
 }
 
 bool grouped_gemm_available(GroupedGemmType) {
@@ -116,6 +128,7 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kWide: return {detail::bf16_wide_grouped_gemm_workspace_bytes, detail::bf16_wide_grouped_gemm_run};
       case C::kNarrow: return {detail::bf16_narrow_grouped_gemm_workspace_bytes, detail::bf16_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::bf16_swap_wide_grouped_gemm_workspace_bytes, detail::bf16_swap_wide_grouped_gemm_run};
+      case C::kDecode: return {detail::bf16_decode_grouped_gemm_workspace_bytes, detail::bf16_decode_grouped_gemm_run};
       case C::kAuto: break;
     }
   } else {
@@ -123,6 +136,7 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kWide: return {detail::fp8_block_wide_grouped_gemm_workspace_bytes, detail::fp8_block_wide_grouped_gemm_run};
       case C::kNarrow: return {detail::fp8_block_narrow_grouped_gemm_workspace_bytes, detail::fp8_block_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::fp8_block_swap_wide_grouped_gemm_workspace_bytes, detail::fp8_block_swap_wide_grouped_gemm_run};
+      case C::kDecode:
       case C::kAuto: break;
     }
   }
@@ -137,7 +151,8 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   require_available(t);
   std::size_t bytes = 0;
 #if MOEKIT_WITH_CUTLASS
-  for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide}) {
+  for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
+                 GroupedGemmConfig::kDecode}) {
     const Launcher l = launcher(t, c);
     if (l.workspace_bytes != nullptr) bytes = std::max(bytes, l.workspace_bytes(num_experts));
   }

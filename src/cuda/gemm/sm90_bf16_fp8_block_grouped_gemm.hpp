@@ -1,5 +1,5 @@
-// Internal: the CUTLASS-backed launchers behind moekit::gemm::grouped_gemm, one TU per type and
-// config (sm90_{bf16,fp8_block}_grouped_gemm_*_cutlass.cu). Arguments arrive
+// Internal: the launchers behind moekit::gemm::grouped_gemm, one TU per type and config: CUTLASS
+// (sm90_{bf16,fp8_block}_grouped_gemm_*_cutlass.cu) and the bf16 decode kernel. Arguments arrive
 // validated; they only carve the workspace, build the per-expert arguments on the device and
 // launch. Compiled only with MOEKIT_WITH_CUTLASS.
 #pragma once
@@ -17,6 +17,9 @@ void bf16_narrow_grouped_gemm_run(const GroupedGemmArgs& args);
 
 std::size_t bf16_swap_wide_grouped_gemm_workspace_bytes(int num_experts);
 void bf16_swap_wide_grouped_gemm_run(const GroupedGemmArgs& args);
+// Not CUTLASS: the decode grouped GEMM (sm90_bf16_decode_grouped_gemm.cu); no workspace.
+std::size_t bf16_decode_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args);
 
 std::size_t fp8_block_wide_grouped_gemm_workspace_bytes(int num_experts);
 void fp8_block_wide_grouped_gemm_run(const GroupedGemmArgs& args);

@@ -3,17 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/w4a16.hpp"
-#include "sm90_w4a16_decode_gemm.cuh"
+#include "sm90_decode_launch.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_gemm.cuh"
 
@@ -21,9 +17,12 @@ namespace moekit::gemm {
 namespace {
 
 using namespace sm90_w4a16;
+using sm90_decode::DecodeConfig;
+using sm90_decode::DecodeLaunch;
+using sm90_decode::multiprocessors;
 
 // Tile table, chosen by the 2026-11-29 variant sweeps (docs/kernels/w4a16.md).
-// decode8 (sm90_w4a16_decode_gemm.cuh; warps splitting K, tiles M/N per warp,
+// decode8 (sm90_decode_grouped_gemm.cuh; warps splitting K, tiles M/N per warp,
 // ring depth, min CTAs per SM): 32 weight rows x 8 tokens, 4 warps split K and
 // each streams two 16-row tiles through a 4-deep register ring across units
 // (two independent MMA chains per warp; 4 CTAs per SM); used when units are
@@ -52,151 +51,40 @@ using Decode16Wide = DecodeConfig<4, 4, 2, 2, 3>;
 using Mid32 = TileConfig<4, 1, 1, 2, 4, 4>;
 using Large = TileConfig<4, 1, 1, 2, 8, 4>;
 
-int multiprocessors() {
-  static const int count = cuda::current_device_multiprocessors();
-  return count;
+DecodeLaunch decode_launch(const W4A16GemmArgs& args) {
+  return {"w4a16_grouped_gemm", args.num_experts,   args.m,
+          args.n,               args.k,             args.k_split,
+          args.max_ctas,        args.overlap_previous, static_cast<cudaStream_t>(args.stream)};
 }
 
-template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl>
-constexpr auto kernel_for() {
-  if constexpr (requires { Cfg::kWarpsM; }) {
-    return w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
-  } else {
-    return w4a16_decode_gemm_kernel<Cfg, kNvfp4, kEpi, kPdl>;
-  }
-}
-
-cudaLaunchConfig_t cluster_launch_config(unsigned grid, int threads, int smem, int csize,
-                                         cudaStream_t stream, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid, 1, 1);
-  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-  cfg.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = static_cast<unsigned>(csize);
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
-// Appends the programmatic-dependent-launch attribute to cfg (cfg->attrs must
-// point into `attrs`, which has room for one more).
-void add_pdl_attribute(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attrs) {
-  cudaLaunchAttribute& a = attrs[cfg->numAttrs];
-  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  a.val.programmaticStreamSerializationAllowed = 1;
-  cfg->attrs = attrs;
-  ++cfg->numAttrs;
-}
-
-// Co-resident clusters of `csize` CTAs of `kernel` on this device (host-side
-// occupancy query, cached: no stream work, graph-capture safe).
-template <typename Kernel>
-int max_active_clusters(Kernel kernel, int threads, int smem, int csize) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int>, int> cache;
-  int dev = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, csize * 64 + dev);
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_launch_config(
-      static_cast<unsigned>(csize * multiprocessors()), threads, smem, csize, nullptr, &attr);
-  int clusters = 0;
-  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-  cache[key] = clusters;
-  return clusters;
-}
-
-// Expected work units (kRows weight rows x kTokens tokens x all of K) under
-// uniform routing: m rows over E experts touch E (1 - (1 - 1/E)^m) of them.
-double estimated_units(const W4A16GemmArgs& args, int tokens, int rows) {
-  const double e = args.num_experts, m = static_cast<double>(args.m);
-  const double distinct = e * (1.0 - std::pow(1.0 - 1.0 / e, m));
-  const double token_tiles = std::ceil(std::max(distinct - 1e-6, m / tokens));
-  return token_tiles * static_cast<double>((args.n + rows - 1) / rows);
-}
-
-// CTA slots the persistent grid may use.
-int cta_slots(const W4A16GemmArgs& args, int per_sm) {
-  const int slots = per_sm * multiprocessors();
-  return args.max_ctas > 0 ? std::min(slots, args.max_ctas) : slots;
-}
-
-// Cluster size for the decode kernel's split-K (2026-11-29 v4 sweep): a split
-// pays only when the units leave at least half of the CTA slots empty (e.g.
-// Mixtral's M = 1 GEMM2: 256 units for 528 slots, 42 -> 30 us with 2); with
-// more units, or splits that need a second round, the per-unit cluster barrier
-// costs more than the extra warps bring.
-template <typename Cfg>
-int choose_k_split(const W4A16GemmArgs& args, int per_sm) {
-  if (args.k_split > 0) return args.k_split;
-  const double units = estimated_units(args, Cfg::kTokens, Cfg::kRows);
-  return (units * 2 <= cta_slots(args, per_sm) && args.k / 64 >= 4 * Cfg::kWarpsK) ? 2 : 1;
-}
-
-// kPdl: the decode kernel launched as a programmatic dependent of the previous
-// kernel (overlap_previous). mid32 / large ignore overlap_previous: the v5
-// sweep measured them 5-7% slower with it (Mixtral M = 64), as their early
-// CTAs only gain the launch latency.
-template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl = false>
+// Decode tiles: sm90_decode_launch.cuh (optional cluster split-K, PDL). mid32 / large (this file's
+// kernel) ignore overlap_previous: the v5 sweep measured them 5-7% slower with it (Mixtral M = 64),
+// as their early CTAs only gain the launch latency.
+template <typename Cfg, bool kNvfp4, int kEpi>
 void launch_config(const W4A16GemmArgs& args, const Params& params) {
-  if constexpr (!kPdl && !requires { Cfg::kWarpsM; }) {
-    if (args.overlap_previous) return launch_config<Cfg, kNvfp4, kEpi, true>(args, params);
-  }
-  auto kernel = kernel_for<Cfg, kNvfp4, kEpi, kPdl>();
-  const int smem = Cfg::smem_bytes(args.num_experts);
-  MOEKIT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int per_sm = 0;
-  MOEKIT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
-  MOEKIT_CHECK(per_sm > 0, "w4a16_grouped_gemm: tile ", w4_tile_name(args.tile),
-               " does not fit on this device (shared memory ", smem, " bytes)");
-  // Upper bound of the units the kernel finds on the device: every expert adds
-  // at most one partial token tile.
-  const std::int64_t token_tiles =
-      (args.m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(args.num_experts, args.m);
-  const std::int64_t row_tiles = (args.n + Cfg::kRows - 1) / Cfg::kRows;
-  const auto stream = static_cast<cudaStream_t>(args.stream);
-  if constexpr (!requires { Cfg::kWarpsM; }) {  // decode kernel: optional cluster split-K
-    const int csize = choose_k_split<Cfg>(args, per_sm);
-    if (csize > 1) {
-      const int clusters = max_active_clusters(kernel, Cfg::kThreads, smem, csize);
-      MOEKIT_CHECK(clusters > 0, "w4a16_grouped_gemm: k_split ", csize,
-                   " does not fit on this device (tile ", w4_tile_name(args.tile), ")");
-      std::int64_t n_clusters = std::min<std::int64_t>(token_tiles * row_tiles, clusters);
-      if (args.max_ctas > 0)
-        n_clusters = std::max<std::int64_t>(1, std::min<std::int64_t>(n_clusters,
-                                                                      args.max_ctas / csize));
-      cudaLaunchAttribute attrs[2];
-      cudaLaunchConfig_t cfg =
-          cluster_launch_config(static_cast<unsigned>(n_clusters * csize), Cfg::kThreads, smem,
-                                csize, stream, &attrs[0]);
-      if (kPdl) add_pdl_attribute(&cfg, attrs);
-      MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
-      return;
-    }
-  }
-  std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
-                                             static_cast<std::int64_t>(per_sm) * multiprocessors());
-  if (args.max_ctas > 0) grid = std::min<std::int64_t>(grid, args.max_ctas);
-  if constexpr (kPdl) {
-    cudaLaunchAttribute attrs[1];
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
-    cfg.blockDim = dim3(static_cast<unsigned>(Cfg::kThreads), 1, 1);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-    cfg.stream = stream;
-    cfg.attrs = attrs;
-    add_pdl_attribute(&cfg, attrs);
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  if constexpr (!requires { Cfg::kWarpsM; }) {
+    return sm90_decode::launch_decode<Cfg, sm90_decode::W4Codec<kNvfp4>, kEpi>(decode_launch(args),
+                                                                               params);
   } else {
-    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(params);
+    auto kernel = w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
+    const int smem = Cfg::smem_bytes(args.num_experts);
+    MOEKIT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    MOEKIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
+    MOEKIT_CHECK(per_sm > 0, "w4a16_grouped_gemm: tile ", w4_tile_name(args.tile),
+                 " does not fit on this device (shared memory ", smem, " bytes)");
+    // Upper bound of the units the kernel finds on the device: every expert adds
+    // at most one partial token tile.
+    const std::int64_t token_tiles = (args.m + Cfg::kTokens - 1) / Cfg::kTokens +
+                                     std::min<std::int64_t>(args.num_experts, args.m);
+    const std::int64_t row_tiles = (args.n + Cfg::kRows - 1) / Cfg::kRows;
+    std::int64_t grid = std::min<std::int64_t>(
+        token_tiles * row_tiles, static_cast<std::int64_t>(per_sm) * multiprocessors());
+    if (args.max_ctas > 0) grid = std::min<std::int64_t>(grid, args.max_ctas);
+    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem,
+             static_cast<cudaStream_t>(args.stream)>>>(params);
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -297,15 +185,18 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   switch (resolved.tile) {
     case W4Tile::kDecode8: {
       // Wide when its units fill at least half of the CTA slots (4 per SM).
-      const bool wide = estimated_units(resolved, Decode8Wide::kTokens, Decode8Wide::kRows) * 2 >=
-                        cta_slots(resolved, Decode8Wide::kMinBlocks);
+      const DecodeLaunch l = decode_launch(resolved);
+      const bool wide = sm90_decode::estimated_units(l, Decode8Wide::kTokens, Decode8Wide::kRows) *
+                            2 >=
+                        sm90_decode::cta_slots(l, Decode8Wide::kMinBlocks);
       return wide ? dispatch_format_epilogue<Decode8Wide>(resolved, params)
                   : dispatch_format_epilogue<Decode8>(resolved, params);
     }
     case W4Tile::kDecode16: {
-      const bool wide = estimated_units(resolved, Decode16Wide::kTokens, Decode16Wide::kRows) *
+      const DecodeLaunch l = decode_launch(resolved);
+      const bool wide = sm90_decode::estimated_units(l, Decode16Wide::kTokens, Decode16Wide::kRows) *
                             2 >=
-                        cta_slots(resolved, Decode16Wide::kMinBlocks);
+                        sm90_decode::cta_slots(l, Decode16Wide::kMinBlocks);
       return wide ? dispatch_format_epilogue<Decode16Wide>(resolved, params)
                   : dispatch_format_epilogue<Decode16>(resolved, params);
     }

@@ -165,6 +165,11 @@ __device__ __forceinline__ uint4 lds128(std::uint32_t addr) {
   return v;
 }
 
+// Word w (0..3, a compile-time constant after unrolling) of a 16-byte register vector.
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int w) {
+  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
 __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   std::uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));

@@ -46,10 +46,12 @@
 #include <cstdint>
 
 #include "moekit/gemm/w4a16.hpp"
-#include "sm90_w4a16_decode_gemm.cuh"
+#include "sm90_decode_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_ops.cuh"
 
 namespace moekit::gemm::sm90_w4a16 {
+
+using sm90_decode::store_tile;
 
 // kTokens: wgmma N (64, 128, 256). kWStages: weight ring depth in chunks
 // (chunk c + kWStages - 1 is requested at chunk c). kAStages: activation
@@ -107,10 +109,6 @@ struct WgmmaConfig {
     return kLutBytes + offsets_bytes(num_experts) + 1024 + ring_bytes();
   }
 };
-
-__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int w) {
-  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
 
 __device__ __forceinline__ void sts128(std::uint32_t addr, std::uint32_t a, std::uint32_t b,
                                        std::uint32_t c, std::uint32_t d) {

@@ -129,7 +129,7 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
 void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
   using gemm::GroupedGemmConfig;
   for (auto config : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
-                      GroupedGemmConfig::kSwapWide})
+                      GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode})
     if (gemm::grouped_gemm_config_built(t, config)) run_case_config(t, config, c, seed);
 }
 
@@ -302,13 +302,20 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   using gemm::GroupedGemmConfig;
   const auto bf16 = GroupedGemmType::kBF16, fp8 = GroupedGemmType::kFP8Block128;
   const auto a = GroupedGemmConfig::kAuto, wide = GroupedGemmConfig::kWide,
-             narrow = GroupedGemmConfig::kNarrow, swap = GroupedGemmConfig::kSwapWide;
+             narrow = GroupedGemmConfig::kNarrow, swap = GroupedGemmConfig::kSwapWide,
+             decode = GroupedGemmConfig::kDecode;
   auto pick = [&](GroupedGemmType t, int e, std::int64_t rows) {
     return gemm::resolve_grouped_gemm_config(t, a, e, rows);
   };
   // (E, max_rows) of the benchmark presets at 1 / 64 / 512 / 4096 tokens.
-  EXPECT_EQ(pick(bf16, 8, 2), narrow);        // mixtral-8x7b, 1 token
+  EXPECT_EQ(pick(bf16, 8, 2), decode);        // mixtral-8x7b, 1 token
+  EXPECT_EQ(pick(fp8, 8, 2), narrow);
+  EXPECT_EQ(pick(bf16, 8, 32), decode);       // 16 tokens (E <= 128: decode up to 32 rows)
+  EXPECT_EQ(pick(bf16, 8, 64), narrow);       // 32 tokens
   EXPECT_EQ(pick(bf16, 8, 128), narrow);      // 64 tokens: 16 rows per expert
+  EXPECT_EQ(pick(fp8, 8, 128), narrow);
+  EXPECT_EQ(pick(bf16, 128, 32), decode);     // qwen3-235b-a22b, 4 tokens
+  EXPECT_EQ(pick(bf16, 128, 64), narrow);     // 8 tokens
   EXPECT_EQ(pick(bf16, 8, 1024), swap);       // 512 tokens: 128 rows per expert
   EXPECT_EQ(pick(fp8, 8, 1024), swap);
   EXPECT_EQ(pick(bf16, 8, 8192), wide);       // 4096 tokens: 1024 rows per expert
@@ -316,6 +323,10 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   EXPECT_EQ(pick(bf16, 256, 32768), wide);    // deepseek-v3, 4096 tokens: 128 rows per expert
   EXPECT_EQ(pick(fp8, 256, 32768), wide);
   EXPECT_EQ(pick(bf16, 256, 4096), narrow);   // 512 tokens: 16 rows per expert
+  EXPECT_EQ(pick(bf16, 256, 8), decode);      // 1 token
+  EXPECT_EQ(pick(bf16, 256, 16), decode);     // 2 tokens
+  EXPECT_EQ(pick(bf16, 256, 32), narrow);     // 4 tokens (E > 128: decode up to 16 rows)
+  EXPECT_EQ(pick(fp8, 256, 8), narrow);       // no fp8 decode kernel
   EXPECT_EQ(pick(fp8, 384, 32768), narrow);   // kimi-k2, 4096 tokens: 85 rows per expert
   EXPECT_EQ(pick(bf16, 384, 32768), wide);
   EXPECT_EQ(pick(bf16, 128, 32768), wide);    // qwen3-235b, 4096 tokens: 256 rows per expert
@@ -331,14 +342,14 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   for (auto t : {bf16, fp8})
     for (int e : {1, 8, 16, 17, 256})
       for (std::int64_t r : {0, 1, 16, 32, 64, 95, 96, 128, 200, 255, 256, 512, 1024, 4096})
-        EXPECT_TRUE(gemm::grouped_gemm_config_built(t, gemm::auto_grouped_gemm_config(t, e, r)))
-            << gemm::grouped_gemm_type_name(t) << " E " << e << " rows " << r;
+        EXPECT_TRUE(gemm::grouped_gemm_config_built(t, gemm::auto_grouped_gemm_config(t, e, r * e)))
+            << gemm::grouped_gemm_type_name(t) << " E " << e << " rows per expert " << r;
 }
 
 TEST(GroupedGemmConfig, NamesRoundTripAndBadNamesAreNamed) {
   using gemm::GroupedGemmConfig;
   for (auto c : {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
-                 GroupedGemmConfig::kSwapWide})
+                 GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode})
     EXPECT_EQ(gemm::parse_grouped_gemm_config(gemm::grouped_gemm_config_name(c), "cfg"), c);
   try {
     gemm::parse_grouped_gemm_config("widest", "MOEKIT_GROUPED_GEMM_CONFIG");

@@ -1,5 +1,8 @@
-// SM90 W4A16 grouped GEMM, decode path (<= 16 rows per expert tile):
-// warp-independent streaming.
+// SM90 grouped GEMM, decode path (<= 16 rows per expert tile): warp-independent streaming of the
+// weights, which sit in HBM while the few tokens' activations come from L2. The weight format is a
+// codec (sm90_decode_weight_codecs.cuh): W4Codec (W4A16: NVFP4 / MXFP4 codes dequantized in
+// registers, launcher sm90_w4a16_grouped_gemm.cu) or Bf16Codec (bf16 weights in the checkpoint
+// layout, launcher sm90_bf16_decode_grouped_gemm.cu).
 //
 // Each warp streams a continuous sequence of (unit, K chunk) items through a
 // register ring: 16-byte weight loads (kStages deep) and its own activation
@@ -8,8 +11,8 @@
 // across unit boundaries, so a CTA never drains its loads between units. No
 // barrier in the main loop: the kWarpsK warps of a CTA split K and meet once
 // per unit, where warp 0 adds the partial sums in warp order (deterministic)
-// and runs the epilogue while the others keep streaming. Shared helpers and the
-// weight layout: sm90_w4a16_grouped_gemm.cuh.
+// and runs the epilogue while the others keep streaming. Shared helpers:
+// sm90_w4a16_grouped_gemm.cuh.
 //
 // Split-K across CTAs (few units, e.g. M = 1 or a 2-expert GEMM2): launched as a
 // thread-block cluster of S CTAs, the cluster acts as one CTA of S * kWarpsK
@@ -19,9 +22,19 @@
 // epilogue. Launched without a cluster, S = 1 and this is the CTA-only path.
 #pragma once
 
+#include "sm90_decode_weight_codecs.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 
-namespace moekit::gemm::sm90_w4a16 {
+namespace moekit::gemm::sm90_decode {
+
+using sm90_w4a16::expert_offset;
+using sm90_w4a16::gated;
+using sm90_w4a16::l2_prefetch;
+using sm90_w4a16::mma_bf16;
+using sm90_w4a16::pdl_launch_dependents;
+using sm90_w4a16::pdl_wait;
+using sm90_w4a16::prefix_token_tiles;
+using sm90_w4a16::smem_addr;
 
 template <int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_, int kMinBlocks_ = 1,
           bool kL2Prefetch_ = true>
@@ -35,13 +48,20 @@ struct DecodeConfig {
   static constexpr int kRows = 16 * kTilesM;
   static constexpr int kTokens = 8 * kTilesN;
   static constexpr int kAccRegs = kTilesM * kTilesN * 4;
-  static constexpr int kLutBytes = 256 * 4;
   static constexpr int kRedBytes = 2 * kWarpsK * kAccRegs * 32 * 4;  // double-buffered
   static_assert(kStages % kXStages == 0, "ring depths");
-  static int smem_bytes(int num_experts) {
-    return kLutBytes + ((num_experts + 1) * 4 + 127) / 128 * 128 + kRedBytes;
-  }
 };
+
+// Shared memory: the codec's table, the token-tile prefix [E + 1], the split-K reduction buffer.
+template <typename Cfg, typename Codec>
+constexpr int tile_start_offset() {
+  return Codec::kSmemBytes;
+}
+template <typename Cfg, typename Codec>
+int decode_smem_bytes(int num_experts) {
+  return tile_start_offset<Cfg, Codec>() + ((num_experts + 1) * 4 + 127) / 128 * 128 +
+         Cfg::kRedBytes;
+}
 
 __device__ __forceinline__ std::uint32_t cluster_reg_ctarank() {
   std::uint32_t r;
@@ -82,11 +102,12 @@ __device__ __forceinline__ uint4 load_activation(const __nv_bfloat16* p, bool va
 }
 
 // Epilogue of one 16-row x 8-token accumulator tile (c: rows g, g+8 x tokens
-// 2t, 2t+1).
-template <int kEpi>
+// 2t, 2t+1). Codec::kTails: weight row g + 8 may lie past N (N % 16 == 8).
+template <int kEpi, typename Codec = W4Codec<true>>
 __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4], int e, int rt,
                                            int row0, int row_end, int g, int t) {
-  const float scale = (p.alpha ? p.alpha[e] : 1.0f) * 18446744073709551616.0f;  // 2^64
+  static_assert(!Codec::kTails || kEpi == 0, "gated epilogues need N % 16 == 0");
+  const float scale = (p.alpha ? p.alpha[e] : 1.0f) * Codec::kUnscale;
   const float* bias = p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -98,7 +119,8 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
     if constexpr (kEpi == 0) {
       const int n0 = rt * 16 + g;
       out[n0] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
-      out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
+      if (!Codec::kTails || n0 + 8 < p.n)
+        out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
     } else {
       const int col = rt * 8 + g;
       const float gate = lo + (bias ? bias[col] : 0.0f);
@@ -109,23 +131,23 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
 }
 
 // kPdl (v5): launched as a programmatic dependent of the previous kernel
-// (W4A16GemmArgs::overlap_previous): the prologue, the weight ring's first
+// (W4A16GemmArgs / GroupedGemmArgs::overlap_previous): the prologue, the weight ring's first
 // kStages items and an L2 prefetch of the first unit run before pdl_wait; the
 // activations after it; it also lets its own dependent launch early.
 // kPdl = false is the v4 kernel, unchanged (no griddepcontrol at all).
-template <typename Cfg, bool kNvfp4, int kEpi, bool kPdl = false>
+template <typename Cfg, typename Codec, int kEpi, bool kPdl = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    w4a16_decode_gemm_kernel(Params p) {
+    decode_grouped_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  std::uint32_t* lut = reinterpret_cast<std::uint32_t*>(smem);
-  int* tile_start = reinterpret_cast<int*>(smem + Cfg::kLutBytes);
+  constexpr int kTileStart = tile_start_offset<Cfg, Codec>();
+  int* tile_start = reinterpret_cast<int*>(smem + kTileStart);
   float* red =
-      reinterpret_cast<float*>(smem + Cfg::kLutBytes + ((p.num_experts + 1) * 4 + 127) / 128 * 128);
+      reinterpret_cast<float*>(smem + kTileStart + ((p.num_experts + 1) * 4 + 127) / 128 * 128);
   const int tid = threadIdx.x, lane = tid % 32, wk = tid / 32;
   const int g = lane / 4, t = lane % 4;
 
   if constexpr (kPdl) pdl_launch_dependents();
-  for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
+  Codec::init_smem(smem, tid, Cfg::kThreads);
   // kPdl: before pdl_wait only expert_offsets, w and w_scales are read (a PDL
   // launch requires that the previous kernel writes none of them).
   if (wk == 0) {
@@ -134,7 +156,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   __syncthreads();
 
   const int total_tiles = tile_start[p.num_experts];
-  const int row_tiles16 = p.n / 16;
+  const int row_tiles16 = Codec::row_tiles(p.n);
   const int cta_row_tiles = (row_tiles16 + Cfg::kTilesM - 1) / Cfg::kTilesM;
   const int units = total_tiles * cta_row_tiles;
   // Cluster (1-D, S CTAs with consecutive blockIdx.x): S = 1 without a cluster
@@ -145,13 +167,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int nclusters = static_cast<int>(gridDim.x) / csize;
   if (cid >= units) return;  // uniform over the cluster
   const int my_units = (units - 1 - cid) / nclusters + 1;
-  const int chunks = p.k / 64;
+  const int chunks = Codec::chunks(p.k);
   const int ksplit = csize * Cfg::kWarpsK;  // K-warps of the cluster
   const int kw = crank * Cfg::kWarpsK + wk;  // this warp's K slot
   const int per_unit = (chunks + ksplit - 1) / ksplit;  // items per unit per warp
   const int items = my_units * per_unit;
-  constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
-  const int scale_lane = kNvfp4 ? lane * 2 : (g * 2 + t / 2) * 2;
 
   // Unit i of this CTA -> expert, rows, first 16-row tile.
   struct Unit {
@@ -178,18 +198,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- load cursor: the item `kStages` ahead of compute ----
   int ld_unit = 0, ld_ci = 0;
-  // The unit's row tiles are consecutive: tile m's chunk c is at
-  // wbase + (m * chunks + c) * 512 (one base pointer instead of kTilesM: fewer
-  // registers); tiles m >= w_tiles (past N) are not loaded.
-  const std::uint8_t* wbase;
-  const std::uint8_t* sbase;
+  // Tiles m >= w_tiles (past N) are not loaded.
+  typename Codec::Cursor wcur;
   int w_tiles;
   auto set_load_unit = [&](int i) {
     const Unit un = decode_unit(i);
     w_tiles = row_tiles16 - un.rt0;
-    const std::int64_t tile = (static_cast<std::int64_t>(un.e) * row_tiles16 + un.rt0) * chunks;
-    wbase = p.w + tile * 512 + lane * 16;
-    sbase = p.w_scales + tile * kScaleRecord + scale_lane;
+    wcur.set(p, un.e, un.rt0, lane);
   };
   set_load_unit(0);
   if (kPdl && tid == 0 && crank == 0) {
@@ -200,21 +215,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     constexpr std::int64_t kPrefetchBudget = 16 << 20;
     const Unit un = decode_unit(0);
     const int tiles = min(Cfg::kTilesM, row_tiles16 - un.rt0);
-    const std::int64_t per_cluster = kPrefetchBudget / nclusters;
-    const std::int64_t fit = per_cluster / (tiles * (512 + kScaleRecord));
-    const int pc = fit < chunks ? static_cast<int>(fit) : chunks;
-    const std::int64_t tile = (static_cast<std::int64_t>(un.e) * row_tiles16 + un.rt0) * chunks;
-    const bool scales_aligned = reinterpret_cast<std::uintptr_t>(p.w_scales) % 16 == 0;
-    for (int m = 0; m < tiles && pc > 0; ++m) {
-      const std::int64_t item = tile + static_cast<std::int64_t>(m) * chunks;
-      l2_prefetch(p.w + item * 512, static_cast<std::uint32_t>(pc * 512));
-      if (scales_aligned)
-        l2_prefetch(p.w_scales + item * kScaleRecord, static_cast<std::uint32_t>(pc * kScaleRecord));
-    }
+    Codec::prefetch_unit(p, un.e, un.rt0, tiles, kPrefetchBudget / nclusters);
   }
   // ---- activation cursor: trails the weight cursor by kStages - kXStages
   // items ----
   int x_unit = 0, x_ci = 0;
+  // Lane t's activation halves sit where its weight halves do (Codec::lane_k, kHalfStride).
+  const int x_k_left = p.k - Codec::lane_k(t);  // kTails: half h of chunk c exists if < it
   const __nv_bfloat16* xptr[Cfg::kTilesN];
   bool x_ok[Cfg::kTilesN];
   auto set_x_unit = [&](int i) {
@@ -224,41 +231,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int row = un.row_begin + nt * 8 + g;
       x_ok[nt] = row < un.row_end;
       const std::int64_t src = x_ok[nt] ? (p.row_index ? p.row_index[row] : row) : 0;
-      xptr[nt] = p.a + src * p.lda + t * 16;
+      xptr[nt] = p.a + src * p.lda + Codec::lane_k(t);
     }
   };
   if constexpr (!kPdl) set_x_unit(0);
   // Per-item chunk of this warp: c = ci * ksplit + kw (absent when >= chunks).
-  auto load_item_w = [&](uint4(&wr)[Cfg::kTilesM], std::uint32_t(&sr)[Cfg::kTilesM], int unit,
-                         int ci) {
+  using Item = typename Codec::Item;
+  auto load_item_w = [&](Item(&wr)[Cfg::kTilesM], int unit, int ci) {
     const int c = ci * ksplit + kw;
     const bool ok = unit < my_units && c < chunks;
 #pragma unroll
-    for (int m = 0; m < Cfg::kTilesM; ++m) {
-      const std::int64_t item = static_cast<std::int64_t>(m) * chunks + c;
-      wr[m] = load_weights<Cfg::kL2Prefetch>(wbase + item * 512, ok && m < w_tiles);
-      sr[m] = load_scales<Cfg::kL2Prefetch>(sbase + item * kScaleRecord, ok && m < w_tiles);
-    }
+    for (int m = 0; m < Cfg::kTilesM; ++m)
+      wcur.template load<Cfg::kL2Prefetch>(p, wr[m], m, c, ok && m < w_tiles);
   };
   auto load_item_x = [&](uint4(&xr)[Cfg::kTilesN][2], int unit, int ci) {
     const int c = ci * ksplit + kw;
     const bool ok = unit < my_units && c < chunks;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-      xr[nt][0] = load_activation(xptr[nt] + c * 64, ok && x_ok[nt]);
-      xr[nt][1] = load_activation(xptr[nt] + c * 64 + 8, ok && x_ok[nt]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = c * 64 + Codec::kHalfStride * h;
+        const bool in_k = !Codec::kTails || k < x_k_left;
+        xr[nt][h] = load_activation(xptr[nt] + k, ok && x_ok[nt] && in_k);
+      }
     }
   };
 
-  uint4 wring[Cfg::kStages][Cfg::kTilesM];
-  std::uint32_t sring[Cfg::kStages][Cfg::kTilesM];
+  Item wring[Cfg::kStages][Cfg::kTilesM];
   uint4 xring[Cfg::kXStages][Cfg::kTilesN][2];
   if constexpr (kPdl) {
     // Weights first (independent of the previous kernel), then wait for it,
     // then the activations (row_index, a).
 #pragma unroll
     for (int st = 0; st < Cfg::kStages; ++st) {
-      load_item_w(wring[st], sring[st], ld_unit, ld_ci);
+      load_item_w(wring[st], ld_unit, ld_ci);
       if (++ld_ci == per_unit) {
         ld_ci = 0;
         if (++ld_unit < my_units) set_load_unit(ld_unit);
@@ -284,7 +291,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (++x_unit < my_units) set_x_unit(x_unit);
         }
       }
-      load_item_w(wring[st], sring[st], ld_unit, ld_ci);
+      load_item_w(wring[st], ld_unit, ld_ci);
       if (++ld_ci == per_unit) {
         ld_ci = 0;
         if (++ld_unit < my_units) set_load_unit(ld_unit);
@@ -308,25 +315,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         if (cu_ci * ksplit + kw < chunks) {
 #pragma unroll
           for (int m = 0; m < Cfg::kTilesM; ++m) {
-            const std::uint32_t sc_lo = lut[sring[st][m] & 0xFF];
-            const std::uint32_t sc_hi = lut[sring[st][m] >> 8];
             std::uint32_t a[4][4];
-            dequant_word(wring[st][m].x, sc_lo, sc_hi, a[0]);
-            dequant_word(wring[st][m].y, sc_lo, sc_hi, a[1]);
-            dequant_word(wring[st][m].z, sc_lo, sc_hi, a[2]);
-            dequant_word(wring[st][m].w, sc_lo, sc_hi, a[3]);
+            Codec::fragments(wring[st][m], smem, a);
 #pragma unroll
             for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-              const uint4 b0 = xring[xs][nt][0], b1 = xring[xs][nt][1];
-              mma_bf16(acc[m][nt], a[0], b0.x, b0.y);
-              mma_bf16(acc[m][nt], a[1], b0.z, b0.w);
-              mma_bf16(acc[m][nt], a[2], b1.x, b1.y);
-              mma_bf16(acc[m][nt], a[3], b1.z, b1.w);
+              // Token g's K words in the codecs' order (sm90_bf16_decode_fragments.hpp).
+#pragma unroll
+              for (int sk = 0; sk < 4; ++sk) {
+                const WordSource b0 = bf16_b_source(sk, 0), b1 = bf16_b_source(sk, 1);
+                mma_bf16(acc[m][nt], a[sk], word_of(xring[xs][nt][b0.half], b0.word),
+                         word_of(xring[xs][nt][b1.half], b1.word));
+              }
             }
           }
         }
         // Refill: weights kStages ahead, activations kXStages ahead.
-        load_item_w(wring[st], sring[st], ld_unit, ld_ci);
+        load_item_w(wring[st], ld_unit, ld_ci);
         if (++ld_ci == per_unit) {
           ld_ci = 0;
           if (++ld_unit < my_units) set_load_unit(ld_unit);
@@ -394,7 +398,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
               if (un.rt0 + m >= row_tiles16) continue;
 #pragma unroll
               for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-                store_tile<kEpi>(p, acc[m][nt], un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end,
+                store_tile<kEpi, Codec>(p, acc[m][nt], un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end,
                                  g, t);
             }
           }
@@ -414,4 +418,4 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (csize > 1) cluster_barrier();
 }
 
-}  // namespace moekit::gemm::sm90_w4a16
+}  // namespace moekit::gemm::sm90_decode

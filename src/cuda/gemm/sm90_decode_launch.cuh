@@ -1,0 +1,167 @@
+// Host-side launch of the decode grouped GEMM (sm90_decode_grouped_gemm.cuh), shared by the W4A16
+// (sm90_w4a16_grouped_gemm.cu) and bf16 (sm90_bf16_decode_grouped_gemm.cu) launchers: persistent
+// grid size, the optional cluster split-K, programmatic dependent launch. Host queries are cached;
+// nothing is read back from the device, so a launch is graph-capturable.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
+#include "moekit/core/error.hpp"
+#include "sm90_decode_grouped_gemm.cuh"
+
+namespace moekit::gemm::sm90_decode {
+
+// What the host knows of one launch (the rows per expert live on the device).
+struct DecodeLaunch {
+  const char* what;  // the API entry point, for errors
+  int num_experts;
+  std::int64_t m;  // rows (capacity: at most this many are in expert_offsets[E])
+  std::int64_t n, k;
+  int k_split;            // cluster size; 0 = choose_k_split
+  int max_ctas;           // cap on the grid; 0 = the device
+  bool overlap_previous;  // PDL (sm90_decode_grouped_gemm.cuh, kPdl)
+  cudaStream_t stream;
+};
+
+inline int multiprocessors() {
+  static const int count = cuda::current_device_multiprocessors();
+  return count;
+}
+
+inline cudaLaunchConfig_t cluster_launch_config(unsigned grid, int threads, int smem, int csize,
+                                                cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(csize);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// Appends the programmatic-dependent-launch attribute to cfg (cfg->attrs must
+// point into `attrs`, which has room for one more).
+inline void add_pdl_attribute(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attrs) {
+  cudaLaunchAttribute& a = attrs[cfg->numAttrs];
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  cfg->attrs = attrs;
+  ++cfg->numAttrs;
+}
+
+// Co-resident clusters of `csize` CTAs of `kernel` on this device (host-side
+// occupancy query, cached: no stream work, graph-capture safe).
+template <typename Kernel>
+int max_active_clusters(Kernel kernel, int threads, int smem, int csize) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, csize * 64 + dev);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch_config(
+      static_cast<unsigned>(csize * multiprocessors()), threads, smem, csize, nullptr, &attr);
+  int clusters = 0;
+  MOEKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  cache[key] = clusters;
+  return clusters;
+}
+
+// Expected work units (kRows weight rows x kTokens tokens x all of K) under
+// uniform routing: m rows over E experts touch E (1 - (1 - 1/E)^m) of them.
+inline double estimated_units(const DecodeLaunch& l, int tokens, int rows) {
+  const double e = l.num_experts, m = static_cast<double>(l.m);
+  const double distinct = e * (1.0 - std::pow(1.0 - 1.0 / e, m));
+  const double token_tiles = std::ceil(std::max(distinct - 1e-6, m / tokens));
+  return token_tiles * static_cast<double>((l.n + rows - 1) / rows);
+}
+
+// CTA slots the persistent grid may use.
+inline int cta_slots(const DecodeLaunch& l, int per_sm) {
+  const int slots = per_sm * multiprocessors();
+  return l.max_ctas > 0 ? std::min(slots, l.max_ctas) : slots;
+}
+
+// Cluster size for the split-K (W4A16 2026-11-29 v4 sweep): a split pays only
+// when the units leave at least half of the CTA slots empty (e.g. Mixtral's
+// M = 1 GEMM2: 256 units for 528 slots, 42 -> 30 us with 2); with more units,
+// or splits that need a second round, the per-unit cluster barrier costs more
+// than the extra warps bring.
+template <typename Cfg>
+int choose_k_split(const DecodeLaunch& l, int per_sm) {
+  if (l.k_split > 0) return l.k_split;
+  const double units = estimated_units(l, Cfg::kTokens, Cfg::kRows);
+  return (units * 2 <= cta_slots(l, per_sm) && l.k / 64 >= 4 * Cfg::kWarpsK) ? 2 : 1;
+}
+
+// kPdl: launched as a programmatic dependent of the previous kernel (l.overlap_previous).
+template <typename Cfg, typename Codec, int kEpi, bool kPdl = false>
+void launch_decode(const DecodeLaunch& l, const Params& params) {
+  if constexpr (!kPdl) {
+    if (l.overlap_previous) return launch_decode<Cfg, Codec, kEpi, true>(l, params);
+  }
+  auto kernel = decode_grouped_gemm_kernel<Cfg, Codec, kEpi, kPdl>;
+  const int smem = decode_smem_bytes<Cfg, Codec>(l.num_experts);
+  MOEKIT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  MOEKIT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
+  MOEKIT_CHECK(per_sm > 0, l.what, ": the decode kernel (", Cfg::kRows, " x ", Cfg::kTokens,
+               ") does not fit on this device (shared memory ", smem, " bytes)");
+  // Upper bound of the units the kernel finds on the device: every expert adds
+  // at most one partial token tile.
+  const std::int64_t token_tiles =
+      (l.m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(l.num_experts, l.m);
+  const std::int64_t row_tiles = (l.n + Cfg::kRows - 1) / Cfg::kRows;
+  const int csize = choose_k_split<Cfg>(l, per_sm);
+  if (csize > 1) {
+    const int clusters = max_active_clusters(kernel, Cfg::kThreads, smem, csize);
+    MOEKIT_CHECK(clusters > 0, l.what, ": k_split ", csize, " does not fit on this device");
+    std::int64_t n_clusters = std::min<std::int64_t>(token_tiles * row_tiles, clusters);
+    if (l.max_ctas > 0)
+      n_clusters =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(n_clusters, l.max_ctas / csize));
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(n_clusters * csize),
+                                                   Cfg::kThreads, smem, csize, l.stream, &attrs[0]);
+    if (kPdl) add_pdl_attribute(&cfg, attrs);
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+    return;
+  }
+  std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
+                                             static_cast<std::int64_t>(per_sm) * multiprocessors());
+  if (l.max_ctas > 0) grid = std::min<std::int64_t>(grid, l.max_ctas);
+  if constexpr (kPdl) {
+    cudaLaunchAttribute attrs[1];
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid), 1, 1);
+    cfg.blockDim = dim3(static_cast<unsigned>(Cfg::kThreads), 1, 1);
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    cfg.stream = l.stream;
+    cfg.attrs = attrs;
+    add_pdl_attribute(&cfg, attrs);
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+  } else {
+    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, l.stream>>>(params);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace moekit::gemm::sm90_decode

@@ -1,0 +1,179 @@
+// Weight codecs of the decode grouped GEMM (sm90_decode_grouped_gemm.cuh): how a warp finds,
+// loads and unpacks one item (a 16-row weight tile x a 64-wide K chunk) into the A fragments of
+// the chunk's four mma.sync m16n8k16 steps. The kernel owns everything else (units, the register
+// ring, activations, split-K reduction, epilogue).
+//
+// A codec provides:
+//   kTails        rows past N (N % 16 == 8) and K past the last full chunk (K % 64 != 0) are
+//                 masked; false: the launcher guarantees N % 16 == 0 and K % 64 == 0
+//   kUnscale      the epilogue's accumulator multiplier
+//   kSmemBytes    its shared-memory table (init_smem fills it before the kernel's first barrier)
+//   lane_k(t), kHalfStride  where lane (g, t) finds its two 16-byte activation halves in a chunk:
+//                 K lane_k(t) + kHalfStride h + [0, 8), h = 0, 1 (the same K its weight registers
+//                 hold, in the word order of sm90_bf16_decode_fragments.hpp)
+//   chunks(k), row_tiles(n)
+//   Item          the registers of one item (one ring slot of one 16-row tile)
+//   Cursor        set(p, e, rt0, lane): the unit's first 16-row tile rt0 of expert e;
+//                 load<kL2Prefetch>(p, item, m, c, ok): tile rt0 + m, chunk c (ok = in range)
+//   fragments(item, smem, a): a[s] = the A registers of step s
+//   prefetch_unit(p, e, rt0, tiles, budget): an L2 prefetch of the unit's first weight bytes
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "sm90_bf16_decode_fragments.hpp"
+#include "sm90_w4a16_grouped_gemm.cuh"
+
+namespace moekit::gemm::sm90_decode {
+
+using sm90_w4a16::Params;
+using sm90_w4a16::word_of;
+
+// W4A16: NVFP4 / MXFP4 codes in the shuffled 512-byte-per-item layout with their scale records
+// (sm90_w4a16_weight_shuffle.cpp); dequantized through a scale LUT in shared memory.
+template <bool kNvfp4>
+struct W4Codec {
+  static constexpr bool kTails = false;
+  static constexpr float kUnscale = 18446744073709551616.0f;  // 2^kUnscaleLog2
+  static_assert(sm90_w4a16::kUnscaleLog2 == 64, "unscale constant");
+  static constexpr int kSmemBytes = 256 * 4;
+  static constexpr int kScaleRecord = kNvfp4 ? 64 : 32;
+  // The shuffle stores lane t's codes for K [16t, 16t + 16) (sm90_w4a16_weight_shuffle.cpp).
+  static constexpr int kHalfStride = 8;
+  __host__ __device__ static constexpr int lane_k(int t) { return 16 * t; }
+  __host__ __device__ static constexpr int chunks(int k) { return k / 64; }
+  __host__ __device__ static constexpr int row_tiles(int n) { return n / 16; }
+
+  __device__ static void init_smem(unsigned char* smem, int tid, int threads) {
+    auto* lut = reinterpret_cast<std::uint32_t*>(smem);
+    for (int i = tid; i < 256; i += threads) lut[i] = sm90_w4a16::scale_multiplier<kNvfp4>(i);
+  }
+
+  struct Item {
+    uint4 codes;
+    std::uint32_t scales;
+  };
+
+  // The unit's row tiles are consecutive: tile m's chunk c is at base + (m * chunks + c) * 512
+  // (one base pointer instead of one per tile: fewer registers).
+  struct Cursor {
+    const std::uint8_t* codes;
+    const std::uint8_t* scales;
+    int chunks;
+    __device__ void set(const Params& p, int e, int rt0, int lane) {
+      chunks = p.k / 64;
+      const int g = lane / 4, t = lane % 4;
+      const int scale_lane = kNvfp4 ? lane * 2 : (g * 2 + t / 2) * 2;
+      const std::int64_t tile = (static_cast<std::int64_t>(e) * (p.n / 16) + rt0) * chunks;
+      codes = p.w + tile * 512 + lane * 16;
+      scales = p.w_scales + tile * kScaleRecord + scale_lane;
+    }
+    template <bool kL2Prefetch>
+    __device__ void load(const Params&, Item& it, int m, int c, bool ok) const {
+      const std::int64_t item = static_cast<std::int64_t>(m) * chunks + c;
+      it.codes = sm90_w4a16::load_weights<kL2Prefetch>(codes + item * 512, ok);
+      it.scales = sm90_w4a16::load_scales<kL2Prefetch>(scales + item * kScaleRecord, ok);
+    }
+  };
+
+  __device__ static void fragments(const Item& it, const unsigned char* smem,
+                                   std::uint32_t (&a)[4][4]) {
+    const auto* lut = reinterpret_cast<const std::uint32_t*>(smem);
+    const std::uint32_t sc_lo = lut[it.scales & 0xFF];
+    const std::uint32_t sc_hi = lut[it.scales >> 8];
+    sm90_w4a16::dequant_word(it.codes.x, sc_lo, sc_hi, a[0]);
+    sm90_w4a16::dequant_word(it.codes.y, sc_lo, sc_hi, a[1]);
+    sm90_w4a16::dequant_word(it.codes.z, sc_lo, sc_hi, a[2]);
+    sm90_w4a16::dequant_word(it.codes.w, sc_lo, sc_hi, a[3]);
+  }
+
+  // The first K chunks of every tile (in the order the warps consume them), within `budget`.
+  __device__ static void prefetch_unit(const Params& p, int e, int rt0, int tiles,
+                                       std::int64_t budget) {
+    const int chunks_k = p.k / 64;
+    const std::int64_t fit = budget / (tiles * (512 + kScaleRecord));
+    const int pc = fit < chunks_k ? static_cast<int>(fit) : chunks_k;
+    const std::int64_t tile = (static_cast<std::int64_t>(e) * (p.n / 16) + rt0) * chunks_k;
+    const bool scales_aligned = reinterpret_cast<std::uintptr_t>(p.w_scales) % 16 == 0;
+    for (int m = 0; m < tiles && pc > 0; ++m) {
+      const std::int64_t item = tile + static_cast<std::int64_t>(m) * chunks_k;
+      sm90_w4a16::l2_prefetch(p.w + item * 512, static_cast<std::uint32_t>(pc * 512));
+      if (scales_aligned)
+        sm90_w4a16::l2_prefetch(p.w_scales + item * kScaleRecord,
+                                static_cast<std::uint32_t>(pc * kScaleRecord));
+    }
+  }
+};
+
+// bf16 weights in the checkpoint layout [E, N, K] (row-major per expert, no re-layout): lane
+// (g, t) loads the halves K 8t + 32h + [0, 8) (h = 0, 1) of rows g and g + 8 of the tile: each
+// load instruction reads 64 contiguous bytes per row (two full 32-byte sectors), the two together
+// the row's 128-byte line of the chunk. The register map: sm90_bf16_decode_fragments.hpp. Tails:
+// N % 8 == 0 and K % 8 == 0 (whole 16-byte halves).
+struct Bf16Codec {
+  static constexpr bool kTails = true;
+  static constexpr float kUnscale = 1.0f;
+  static constexpr int kSmemBytes = 0;
+  static constexpr int kHalfStride = kBf16HalfStride;
+  __host__ __device__ static constexpr int lane_k(int t) { return bf16_lane_k(t); }
+  __host__ __device__ static constexpr int chunks(int k) { return (k + 63) / 64; }
+  __host__ __device__ static constexpr int row_tiles(int n) { return (n + 15) / 16; }
+  __device__ static void init_smem(unsigned char*, int, int) {}
+
+  struct Item {
+    uint4 half[2][2];  // [row g, row g + 8][K half]
+  };
+
+  struct Cursor {
+    const __nv_bfloat16* row;  // row g of tile rt0 at K lane_k(t)
+    int rows_left;             // N - (16 rt0 + g): rows g + 8 of tile m exist when 16m + 8 < it
+    int k_left;                // K - lane_k(t): half h of chunk c exists when 64c + 32h < it
+    __device__ void set(const Params& p, int e, int rt0, int lane) {
+      const int g = lane / 4, t = lane % 4;
+      const int row0 = rt0 * 16 + g;
+      row = reinterpret_cast<const __nv_bfloat16*>(p.w) +
+            (static_cast<std::int64_t>(e) * p.n + row0) * p.k + lane_k(t);
+      rows_left = p.n - row0;
+      k_left = p.k - lane_k(t);
+    }
+    template <bool kL2Prefetch>
+    __device__ void load(const Params& p, Item& it, int m, int c, bool ok) const {
+      const __nv_bfloat16* r0 = row + static_cast<std::int64_t>(m) * 16 * p.k + c * 64;
+      const __nv_bfloat16* r8 = r0 + static_cast<std::int64_t>(8) * p.k;
+      const bool ok8 = ok && m * 16 + 8 < rows_left;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool in_k = c * 64 + kHalfStride * h < k_left;
+        it.half[0][h] = sm90_w4a16::load_weights<kL2Prefetch>(
+            reinterpret_cast<const std::uint8_t*>(r0 + kHalfStride * h), ok && in_k);
+        it.half[1][h] = sm90_w4a16::load_weights<kL2Prefetch>(
+            reinterpret_cast<const std::uint8_t*>(r8 + kHalfStride * h), ok8 && in_k);
+      }
+    }
+  };
+
+  __device__ static void fragments(const Item& it, const unsigned char*, std::uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const WordSource src = bf16_a_source(s, r);
+        a[s][r] = word_of(it.half[src.row8 ? 1 : 0][src.half], src.word);
+      }
+  }
+
+  // The unit's rows are contiguous in memory: its first `budget` bytes (budget < 4 GiB).
+  __device__ static void prefetch_unit(const Params& p, int e, int rt0, int tiles,
+                                       std::int64_t budget) {
+    const int rows = min(tiles * 16, p.n - rt0 * 16);
+    std::int64_t bytes = static_cast<std::int64_t>(rows) * p.k * 2;
+    if (bytes > budget) bytes = budget / 16 * 16;
+    const auto* base = reinterpret_cast<const __nv_bfloat16*>(p.w) +
+                       (static_cast<std::int64_t>(e) * p.n + rt0 * 16) * p.k;
+    sm90_w4a16::l2_prefetch(base, static_cast<std::uint32_t>(bytes));
+  }
+};
+
+}  // namespace moekit::gemm::sm90_decode
