@@ -76,6 +76,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
     } else if (a < num_assign) {
       permuted_row[a] = -1;
     }
+    // The next chunk's base positions (none after the last chunk: decode sizes are one chunk).
+    if (base + kPermuteThreads >= num_assign) break;
     __syncthreads();
     for (int x = tid; x < num_experts; x += kPermuteThreads) {
       int s = 0;
