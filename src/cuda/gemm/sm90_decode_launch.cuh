@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -103,9 +104,22 @@ inline int cta_slots(const DecodeLaunch& l, int per_sm) {
 // M = 1 GEMM2: 256 units for 528 slots, 42 -> 30 us with 2); with more units,
 // or splits that need a second round, the per-unit cluster barrier costs more
 // than the extra warps bring.
+// MOEKIT_DECODE_K_SPLIT=<1..8> forces the cluster size of every decode launch whose caller left
+// k_split at 0 (auto): a tuning override for benchmarks; unset or anything else: the rule below.
+inline int decode_k_split_override() {
+  static const int v = [] {
+    const char* e = std::getenv("MOEKIT_DECODE_K_SPLIT");
+    if (e == nullptr) return 0;
+    const int x = std::atoi(e);
+    return x >= 1 && x <= 8 ? x : 0;
+  }();
+  return v;
+}
+
 template <typename Cfg>
 int choose_k_split(const DecodeLaunch& l, int per_sm) {
   if (l.k_split > 0) return l.k_split;
+  if (const int forced = decode_k_split_override(); forced > 0) return forced;
   const double units = estimated_units(l, Cfg::kTokens, Cfg::kRows);
   return (units * 2 <= cta_slots(l, per_sm) && l.k / 64 >= 4 * Cfg::kWarpsK) ? 2 : 1;
 }
