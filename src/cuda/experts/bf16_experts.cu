@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/runtime/cuda_check.hpp"
@@ -12,28 +13,32 @@ namespace moekit::cuda::detail {
 namespace {
 
 constexpr int kPermuteThreads = 1024;
-constexpr int kWarps = kPermuteThreads / 32;
+constexpr int kPermuteSmallThreads = 128;
 
-// One block. Pass 1: histogram (shared atomics) -> exclusive scan -> expert_offsets.
-// Pass 2: chunks of 1024 assignments in ascending order; within a chunk a lane's rank among the
-// earlier lanes with the same expert comes from __match_any_sync (own warp) plus per-warp counts
-// of the earlier warps, so positions are ascending in a inside each expert (permute.hpp order).
-// sorted_tokens (optional): the token a / top_k of each sorted assignment.
-__global__ void __launch_bounds__(kPermuteThreads)
+// One block of kThreads (1024; 128 when the assignments fit one chunk of 128: decode sizes, where
+// the block's barriers and per-warp loops cost more than its width brings).
+// Pass 1: histogram (shared atomics) -> exclusive scan -> expert_offsets.
+// Pass 2: chunks of kThreads assignments in ascending order; within a chunk a lane's rank among
+// the earlier lanes with the same expert comes from __match_any_sync (own warp) plus per-warp
+// counts of the earlier warps, so positions are ascending in a inside each expert (permute.hpp
+// order). sorted_tokens (optional): the token a / top_k of each sorted assignment.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
     permute_kernel(const int* __restrict__ topk_ids, int num_assign, int num_experts,
                    int* __restrict__ offsets, int* __restrict__ sorted_ids,
                    int* __restrict__ permuted_row, int top_k, int* __restrict__ sorted_tokens) {
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ int smem[];
   int* hist = smem;                      // [E]
   int* running = hist + num_experts;     // [E]
   int* warp_cnt = running + num_experts;  // [kWarps][E]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < num_experts * (kWarps + 1); i += kPermuteThreads) {
+  for (int i = tid; i < num_experts * (kWarps + 1); i += kThreads) {
     if (i < num_experts) hist[i] = 0;
     else warp_cnt[i - num_experts] = 0;
   }
   __syncthreads();
-  for (int a = tid; a < num_assign; a += kPermuteThreads) {
+  for (int a = tid; a < num_assign; a += kThreads) {
     const int e = topk_ids[a];
     if (e >= 0 && e < num_experts) atomicAdd(&hist[e], 1);
   }
@@ -59,7 +64,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
   __syncthreads();
   const unsigned lanes_below = (1u << lane) - 1u;
-  for (int base = 0; base < num_assign; base += kPermuteThreads) {
+  for (int base = 0; base < num_assign; base += kThreads) {
     const int a = base + tid;
     const int e = a < num_assign ? topk_ids[a] : -1;
     const bool valid = e >= 0 && e < num_experts;
@@ -77,9 +82,9 @@ __global__ void __launch_bounds__(kPermuteThreads)
       permuted_row[a] = -1;
     }
     // The next chunk's base positions (none after the last chunk: decode sizes are one chunk).
-    if (base + kPermuteThreads >= num_assign) break;
+    if (base + kThreads >= num_assign) break;
     __syncthreads();
-    for (int x = tid; x < num_experts; x += kPermuteThreads) {
+    for (int x = tid; x < num_experts; x += kThreads) {
       int s = 0;
       for (int w = 0; w < kWarps; ++w) {
         s += warp_cnt[w * num_experts + x];
@@ -167,17 +172,25 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
                    top_k);
   MOEKIT_CHECK_ARG(num_assignments >= 0 && num_assignments < (1ll << 31), "num_assignments",
                    "in [0, 2^31)", num_assignments);
-  const std::size_t smem = static_cast<std::size_t>(num_experts) * (kWarps + 2) * sizeof(int);
-  static const bool attr_set = [] {
-    MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
-        permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(kMaxPermuteExperts * (kWarps + 2) * sizeof(int))));
-    return true;
-  }();
-  (void)attr_set;
-  permute_kernel<<<1, kPermuteThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      topk_ids, static_cast<int>(num_assignments), num_experts, expert_offsets, sorted_ids,
-      permuted_row, top_k, sorted_tokens);
+  auto launch = [&](auto threads_tag) {
+    constexpr int kThreads = decltype(threads_tag)::value;
+    constexpr int kWarps = kThreads / 32;
+    const std::size_t smem = static_cast<std::size_t>(num_experts) * (kWarps + 2) * sizeof(int);
+    static const bool attr_set = [] {
+      MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
+          permute_kernel<kThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(kMaxPermuteExperts * (kWarps + 2) * sizeof(int))));
+      return true;
+    }();
+    (void)attr_set;
+    permute_kernel<kThreads><<<1, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
+        topk_ids, static_cast<int>(num_assignments), num_experts, expert_offsets, sorted_ids,
+        permuted_row, top_k, sorted_tokens);
+  };
+  if (num_assignments <= kPermuteSmallThreads)
+    launch(std::integral_constant<int, kPermuteSmallThreads>{});
+  else
+    launch(std::integral_constant<int, kPermuteThreads>{});
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
