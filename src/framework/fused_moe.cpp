@@ -197,9 +197,18 @@ void FusedMoEKernel::run_modular_chunk(const TensorView& x, const TensorView& to
       pf.prepare(chunk, x, topk_ids, topk_weights, a1_static_scale_, ws.pf_ws, stream);
   const TensorSpec out_spec = ex.workspace_shapes(chunk).output;
   const ReducePolicy policy = resolve_reduce_policy(ex.reduce_policy(), ex.activation_format());
-  // Where finalize would only copy the experts' output into `output`, they write it there.
+  // Where finalize would only copy the experts' output into `output`, they write it there (not
+  // when output overlaps x: experts may read x while they write their output).
+  auto extent = [](const TensorView& v) {  // bytes from v.data to one past its last element
+    std::int64_t last = 0;
+    for (int d = 0; d < v.rank(); ++d) last += (v.size(d) - 1) * v.strides[d];
+    return v.numel() == 0 ? std::size_t{0} : static_cast<std::size_t>(last + 1) * dtype_size(v.dtype);
+  };
+  const auto* o0 = static_cast<const char*>(output.data);
+  const auto* x0 = static_cast<const char*>(x.data);
+  const bool overlaps_x = o0 < x0 + extent(x) && x0 < o0 + extent(output);
   if (pf.finalize_is_copy(policy) && out_spec.dtype == output.dtype &&
-      out_spec.shape == output.shape && output.is_contiguous()) {
+      out_spec.shape == output.shape && output.is_contiguous() && !overlaps_x) {
     ex.apply(d, output, ws.ws13, ws.ws2, stream);
     return;
   }

@@ -92,6 +92,36 @@ TEST(FusedMoE, ChunkedEqualsUnchunkedBitwise) {
   }
 }
 
+// kAlreadyReduced experts with the NoEP finalize (a copy): the kernel hands them the output itself
+// (finalize_is_copy), chunked or not, with the same bits as the contiguous policy's finalize; with
+// the output aliasing x (in place) it keeps the workspace path, and the result is the same.
+TEST(FusedMoE, AlreadyReducedWritesTheOutputDirectlyAndInPlaceIsSafe) {
+  const auto seed = testing::test_seed();
+  MOEKIT_LOG_SEED(seed);
+  const MoeLayerConfig layer = small_layer(RoutingMethod::kRenormalize, Activation::kSiluAndMul);
+  const std::int64_t m = 13;
+  const Routed in = routed_inputs(layer, m, seed);
+  const MoeWeights w = random_moe_weights(layer, parse_quant_config("bf16"), seed);
+  const MoeProblem p = make_problem(layer, "bf16", "bf16", m);
+  EXPECT_TRUE(make_cpu_no_ep_prepare_finalize()->finalize_is_copy(ReducePolicy::kAlreadyReduced));
+  EXPECT_FALSE(make_cpu_no_ep_prepare_finalize()->finalize_is_copy(ReducePolicy::kContiguous));
+  FusedMoEKernel contiguous(make_cpu_no_ep_prepare_finalize(),
+                            make_cpu_standard_experts(ReducePolicy::kContiguous));
+  contiguous.prepare(p, w);
+  const Tensor ref = run(contiguous, in, layer.hidden_size);
+  for (std::int64_t chunk : {0, 4}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    FusedMoEKernel reduced(make_cpu_no_ep_prepare_finalize(),
+                           make_cpu_standard_experts(ReducePolicy::kAlreadyReduced), {chunk});
+    reduced.prepare(p, w);
+    EXPECT_EQ(first_bit_difference(run(reduced, in, layer.hidden_size), ref), -1);
+    Tensor x_inplace(DType::kF32, in.x.shape());
+    std::memcpy(x_inplace.data(), in.x.data(), in.x.nbytes());
+    reduced.apply(x_inplace, in.ids, in.weights, x_inplace);  // output aliases x
+    EXPECT_EQ(first_bit_difference(x_inplace, ref), -1);
+  }
+}
+
 TEST(FusedMoE, StaticPerTensorScalesMakeNvfp4ChunkInvariant) {
   const auto seed = testing::test_seed();
   MOEKIT_LOG_SEED(seed);
