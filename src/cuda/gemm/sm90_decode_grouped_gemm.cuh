@@ -27,6 +27,7 @@
 
 namespace moekit::gemm::sm90_decode {
 
+using sm90_w4a16::expert_of_tile;
 using sm90_w4a16::expert_offset;
 using sm90_w4a16::gated;
 using sm90_w4a16::l2_prefetch;
@@ -180,18 +181,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto decode_unit = [&](int i) {
     const int u = cid + i * nclusters;
     const int tt = u % total_tiles;
-    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] <= tt
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start[mid] <= tt)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+    const int e = expert_of_tile(tile_start, p.num_experts, tt);
     Unit un;
-    un.e = lo;
-    un.row_begin = expert_offset(p, lo) + (tt - tile_start[lo]) * Cfg::kTokens;
-    un.row_end = expert_offset(p, lo + 1);
+    un.e = e;
+    un.row_begin = expert_offset(p, e) + (tt - tile_start[e]) * Cfg::kTokens;
+    un.row_end = expert_offset(p, e + 1);
     un.rt0 = (u / total_tiles) * Cfg::kTilesM;
     return un;
   };
@@ -235,18 +229,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   };
   if constexpr (!kPdl) set_x_unit(0);
-  // Per-item chunk of this warp: c = ci * ksplit + kw (absent when >= chunks).
+  // Load the item at a cursor into a ring slot, then advance that cursor (across units). The
+  // item's chunk of this warp is c = ci * ksplit + kw (absent when >= chunks).
   using Item = typename Codec::Item;
-  auto load_item_w = [&](Item(&wr)[Cfg::kTilesM], int unit, int ci) {
-    const int c = ci * ksplit + kw;
-    const bool ok = unit < my_units && c < chunks;
+  auto load_next_w = [&](Item(&wr)[Cfg::kTilesM]) {
+    const int c = ld_ci * ksplit + kw;
+    const bool ok = ld_unit < my_units && c < chunks;
 #pragma unroll
     for (int m = 0; m < Cfg::kTilesM; ++m)
       wcur.template load<Cfg::kL2Prefetch>(p, wr[m], m, c, ok && m < w_tiles);
+    if (++ld_ci == per_unit) {
+      ld_ci = 0;
+      if (++ld_unit < my_units) set_load_unit(ld_unit);
+    }
   };
-  auto load_item_x = [&](uint4(&xr)[Cfg::kTilesN][2], int unit, int ci) {
-    const int c = ci * ksplit + kw;
-    const bool ok = unit < my_units && c < chunks;
+  auto load_next_x = [&](uint4(&xr)[Cfg::kTilesN][2]) {
+    const int c = x_ci * ksplit + kw;
+    const bool ok = x_unit < my_units && c < chunks;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
 #pragma unroll
@@ -256,6 +255,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         xr[nt][h] = load_activation(xptr[nt] + k, ok && x_ok[nt] && in_k);
       }
     }
+    if (++x_ci == per_unit) {
+      x_ci = 0;
+      if (++x_unit < my_units) set_x_unit(x_unit);
+    }
   };
 
   Item wring[Cfg::kStages][Cfg::kTilesM];
@@ -264,38 +267,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Weights first (independent of the previous kernel), then wait for it,
     // then the activations (row_index, a).
 #pragma unroll
-    for (int st = 0; st < Cfg::kStages; ++st) {
-      load_item_w(wring[st], ld_unit, ld_ci);
-      if (++ld_ci == per_unit) {
-        ld_ci = 0;
-        if (++ld_unit < my_units) set_load_unit(ld_unit);
-      }
-    }
+    for (int st = 0; st < Cfg::kStages; ++st) load_next_w(wring[st]);
     pdl_wait();
     set_x_unit(0);
 #pragma unroll
-    for (int st = 0; st < Cfg::kXStages; ++st) {
-      load_item_x(xring[st], x_unit, x_ci);
-      if (++x_ci == per_unit) {
-        x_ci = 0;
-        if (++x_unit < my_units) set_x_unit(x_unit);
-      }
-    }
+    for (int st = 0; st < Cfg::kXStages; ++st) load_next_x(xring[st]);
   } else {  // v4 order
 #pragma unroll
     for (int st = 0; st < Cfg::kStages; ++st) {
-      if (st < Cfg::kXStages) {
-        load_item_x(xring[st], x_unit, x_ci);
-        if (++x_ci == per_unit) {
-          x_ci = 0;
-          if (++x_unit < my_units) set_x_unit(x_unit);
-        }
-      }
-      load_item_w(wring[st], ld_unit, ld_ci);
-      if (++ld_ci == per_unit) {
-        ld_ci = 0;
-        if (++ld_unit < my_units) set_load_unit(ld_unit);
-      }
+      if (st < Cfg::kXStages) load_next_x(xring[st]);
+      load_next_w(wring[st]);
     }
   }
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
@@ -330,16 +311,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
         }
         // Refill: weights kStages ahead, activations kXStages ahead.
-        load_item_w(wring[st], ld_unit, ld_ci);
-        if (++ld_ci == per_unit) {
-          ld_ci = 0;
-          if (++ld_unit < my_units) set_load_unit(ld_unit);
-        }
-        load_item_x(xring[xs], x_unit, x_ci);
-        if (++x_ci == per_unit) {
-          x_ci = 0;
-          if (++x_unit < my_units) set_x_unit(x_unit);
-        }
+        load_next_w(wring[st]);
+        load_next_x(xring[xs]);
         // Unit end (uniform across the cluster): reduce over K warps, epilogue
         // by warp 0 of CTA rank 0.
         if (++cu_ci == per_unit) {

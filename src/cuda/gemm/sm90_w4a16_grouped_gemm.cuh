@@ -86,6 +86,20 @@ __device__ __forceinline__ void prefix_token_tiles(const Params& p, int lane, in
   }
 }
 
+// The expert of token tile tt: the largest e with tile_start[e] <= tt (binary search over the
+// prefix of prefix_token_tiles; empty experts share their successor's start and lose the tie).
+__device__ __forceinline__ int expert_of_tile(const int* tile_start, int num_experts, int tt) {
+  int lo = 0, hi = num_experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= tt)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM 16-row tiles x
 // kTilesN 8-token tiles and every kWarpsK-th 64-wide K chunk.
 template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_, int kStages_,
@@ -283,15 +297,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) w4a16_grouped_gemm_kernel(Param
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int tt = u % total_tiles;
     const int cta_rt = u / total_tiles;
-    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] <= tt
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start[mid] <= tt)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int e = lo;
+    const int e = expert_of_tile(tile_start, p.num_experts, tt);
     const int row_begin = expert_offset(p, e) + (tt - tile_start[e]) * Cfg::kTokens;
     const int row_end = expert_offset(p, e + 1);
 
