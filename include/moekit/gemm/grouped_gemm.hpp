@@ -16,15 +16,18 @@
 // arrays and the kernel's own scratch. It must not be shared by two launches in flight.
 //
 // Activation kernels between the two GEMMs (gated, "halves" layout: gate in columns [0, I), up in
-// [I, 2I)): silu_and_mul_bf16 writes bf16 [R, I]; silu_and_mul_quant_fp8_block writes e4m3 [R, I]
-// with 1x128 scales f32 [R, I/128] (s = max(amax, 1e-10) / 448, q = e4m3(x / s), formats.md 5),
-// the input of the fp8 GEMM2. Both compute in fp32 and touch only rows < *num_rows (device).
+// [I, 2I)): gated_activation_bf16 writes bf16 [R, I]; gated_activation_quant_fp8_block writes
+// e4m3 [R, I] with 1x128 scales f32 [R, I/128] (s = max(amax, 1e-10) / 448, q = e4m3(x / s),
+// formats.md 5), the input of the fp8 GEMM2. SiLU-and-mul or SwiGLU-OAI, with GEMM1's per-expert
+// bias added to gate and up first (GatedActivationArgs). Both compute in fp32 and touch only rows
+// < *num_rows (device). silu_and_mul_* are the SiLU-and-mul, bias-free calls of the two.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "moekit/activation/activation.hpp"
 #include "moekit/core/tensor.hpp"
 
 namespace moekit::gemm {
@@ -69,6 +72,17 @@ GroupedGemmConfig resolve_grouped_gemm_config(GroupedGemmType t, GroupedGemmConf
 // True when the kernels were compiled in (CUDA backend with CUTLASS headers).
 bool grouped_gemm_available(GroupedGemmType t);
 
+// What the activation between the GEMMs computes (cuda/activation/gated_math.cuh has the math).
+struct GatedActivationArgs {
+  Activation kind = Activation::kSiluAndMul;  // kSiluAndMul or kSwigluOai
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // kSwigluOai
+  // Optional GEMM1 bias, device f32 [E, 2I] (gate | up): row r of expert e (expert_offsets[e] <=
+  // r < expert_offsets[e + 1], found on the device) gets gate + bias[e, c], up + bias[e, I + c].
+  const float* bias = nullptr;
+  const std::int32_t* expert_offsets = nullptr;  // device [E + 1] (required with bias)
+  int num_experts = 0;                           // E (required with bias)
+};
+
 struct GroupedGemmArgs {
   int num_experts = 0;                        // E (groups)
   std::int64_t n = 0;                         // N: output columns (2I for GEMM1, H for GEMM2)
@@ -94,6 +108,15 @@ struct GroupedGemmArgs {
   // after the row gather, GEMM2 after the activation; not right after the permute that writes
   // the offsets). Graph-capturable.
   bool overlap_previous = false;
+  // kDecode only (a non-null value with another config is an error naming it):
+  //   row_index: device [R] i32: row r of the problem reads A row row_index[r] (the unpermuted
+  //     hidden states: GEMM1 gathers its rows itself); null = row r.
+  //   gated: GEMM1 with its activation in the epilogue: N = 2I (gate | up halves, N % 16 == 0),
+  //     D [R, I] (ldd 0 = I) = act(gate + bias, up + bias) per gated->kind, with gated->bias
+  //     (f32 [E, 2I], optional) indexed by the row's expert; gated->expert_offsets and
+  //     num_experts are not used (the GEMM knows both).
+  const std::int32_t* row_index = nullptr;
+  const GatedActivationArgs* gated = nullptr;
 };
 
 // Bytes of workspace (enough for every config) a launch with num_experts groups needs on the current device.
@@ -103,6 +126,18 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts);
 // N % 8, strides, null pointers, workspace size, a config not built for the type) and
 // launches. Asynchronous. Every config takes the same shapes (kDecode too: N % 8, K % 8).
 void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args);
+
+// gate_up: device bf16 [R, 2I] (row stride 2I); out: bf16 [R, I]. num_rows: device i32 scalar
+// (e.g. expert_offsets + E). I % 8 == 0.
+void gated_activation_bf16(const void* gate_up, void* out, std::int64_t max_rows,
+                           std::int64_t intermediate, const std::int32_t* num_rows,
+                           const GatedActivationArgs& act, StreamHandle stream);
+
+// gate_up: device bf16 [R, 2I]; out_values: e4m3 [R, I]; out_scales: f32 [R, I/128]. I % 128 == 0.
+void gated_activation_quant_fp8_block(const void* gate_up, void* out_values, float* out_scales,
+                                      std::int64_t max_rows, std::int64_t intermediate,
+                                      const std::int32_t* num_rows,
+                                      const GatedActivationArgs& act, StreamHandle stream);
 
 // gate_up: device bf16 [R, 2I] (row stride 2I); out: bf16 [R, I]. num_rows: device i32 scalar
 // (e.g. expert_offsets + E). I % 8 == 0.

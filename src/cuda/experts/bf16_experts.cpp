@@ -30,9 +30,11 @@ bool takes_f32_input(gemm::GroupedGemmType t, const MoeProblem& problem) {
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's output).
 // a_rounded: bf16 [M, H] for f32 GEMM1 inputs (bf16 activations with the router weight on the
 // input, see round_input_rows); empty otherwise.
+// sorted_tokens: the token of each sorted row (the decode config's row_index: GEMM1 gathers its
+// rows itself, `a` stays unused).
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, a_rounded, a, a_scales, act, act_scales, out2,
-      gemm_ws, total;
+  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, a_rounded, a, a_scales, act,
+      act_scales, out2, gemm_ws, total;
 };
 
 Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
@@ -47,6 +49,7 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
   l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
+  l.sorted_tokens = p, p += is_fp8(t) ? 0 : up(r * 4);
   l.a_rounded = p, p += takes_f32_input(t, problem) ? up(m * h * 2) : 0;
   l.a = p, p += up(r * h * elem);
   l.a_scales = p, p += is_fp8(t) ? up(r * (h / 128) * 4) : 0;
@@ -88,6 +91,7 @@ struct GroupedGemmExperts::State {
   const void* w2 = nullptr;   // [E, H, I]
   const float* w13_scales = nullptr;  // fp8: [E, 2I/128, H/128]
   const float* w2_scales = nullptr;   // fp8: [E, H/128, I/128]
+  Tensor w13_bias, w2_bias;            // device f32 [E, 2I] / [E, H] (layers with biases)
   bool prepared = false;
   gemm::GroupedGemmConfig config = gemm::GroupedGemmConfig::kAuto;
 };
@@ -136,11 +140,11 @@ Support GroupedGemmExperts::supports(const MoeProblem& p) const {
                        ", got " + std::string(scheme_name(p.activation_quant.scheme)));
   if (p.activation_dtype != DType::kBF16)
     return Support::no("activation dtype must be bf16");
-  if (p.layer.activation.kind != Activation::kSiluAndMul ||
+  const Activation act = p.layer.activation.kind;
+  if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
       p.layer.activation.layout != GateUpLayout::kHalves)
-    return Support::no("only SiLU-and-mul with gate/up halves, got " +
+    return Support::no("only silu / swiglu_oai with gate/up halves, got " +
                        p.layer.activation.str());
-  if (p.layer.has_bias) return Support::no("expert biases are not supported");
   if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() || p.parallel.low_latency_dispatch)
     return Support::no("single-rank standard format only (no expert map)");
   const int e = p.layer.num_experts;
@@ -198,6 +202,10 @@ void GroupedGemmExperts::prepare_weights(const MoeProblem& p, const MoeWeights& 
     st.w13_scales = static_cast<const float*>(keep(w.w13.scales, st.w13_scales_owned));
     st.w2_scales = static_cast<const float*>(keep(w.w2.scales, st.w2_scales_owned));
   }
+  // Biases (gpt-oss): GEMM1's is added by its epilogue (decode) or the activation kernel, GEMM2's
+  // by the weighted reduce.
+  st.w13_bias = detail::expert_bias_to_device(p, w.w13_bias, 2 * i, "weights.w13_bias");
+  st.w2_bias = detail::expert_bias_to_device(p, w.w2_bias, h, "weights.w2_bias");
   st.prepared = true;
 }
 
@@ -241,16 +249,32 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
   auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
   const std::int32_t* used_rows = offsets + e;
+  // The decode config (bf16, few rows) gathers GEMM1's rows itself (row_index) and runs the
+  // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
+  // CUTLASS configs take gathered rows and the activation kernel between the GEMMs.
+  const bool decode =
+      gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) == gemm::GroupedGemmConfig::kDecode;
+  auto* tokens = decode ? reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens)) : nullptr;
   detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
-                            stream);
+                            stream, k, tokens);
   const std::int64_t elem = fp8 ? 1 : 2;
   const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
                                                         at(workspace13, l.a_rounded), stream)
                              : in.a1q.values.data;
-  detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a), stream);
-  if (fp8)
-    detail::gather_rows(in.a1q.scales.data, (h / 128) * 4, sorted, k, rows, used_rows,
-                        at(workspace13, l.a_scales), stream);
+  if (!decode) {
+    detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a), stream);
+    if (fp8)
+      detail::gather_rows(in.a1q.scales.data, (h / 128) * 4, sorted, k, rows, used_rows,
+                          at(workspace13, l.a_scales), stream);
+  }
+
+  gemm::GatedActivationArgs act;
+  act.kind = p.layer.activation.kind;
+  act.swiglu_alpha = p.layer.activation.swiglu_alpha;
+  act.swiglu_limit = p.layer.activation.swiglu_limit;
+  act.bias = st.w13_bias.defined() ? st.w13_bias.ptr<float>() : nullptr;
+  act.expert_offsets = offsets;
+  act.num_experts = e;
 
   gemm::GroupedGemmArgs g1;
   g1.num_experts = e;
@@ -258,32 +282,42 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.k = h;
   g1.max_rows = rows;
   g1.expert_offsets = offsets;
-  g1.a = at(workspace13, l.a);
+  g1.a = decode ? a_src : at(workspace13, l.a);
+  g1.lda = decode ? h : 0;
+  g1.row_index = decode ? tokens : nullptr;
+  g1.gated = decode ? &act : nullptr;
   g1.b = st.w13;
-  g1.d = workspace2.data;
+  g1.d = decode ? at(workspace13, l.act) : workspace2.data;
   g1.a_scales = fp8 ? reinterpret_cast<const float*>(at(workspace13, l.a_scales)) : nullptr;
   g1.b_scales = st.w13_scales;
   g1.workspace = at(workspace13, l.gemm_ws);
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
   g1.stream = stream;
   g1.config = st.config;
-  // PDL (the decode config; the others ignore it): GEMM1's previous kernel is the row gather,
-  // GEMM2's the activation; neither writes the offsets (the permute before the gather does) or the
-  // weights.
-  g1.overlap_previous = true;
+  // PDL (the decode config; the others ignore it): GEMM1's previous kernel is the row gather (or,
+  // decode, the input rounding of f32 inputs), GEMM2's the activation (decode: GEMM1); none writes
+  // the offsets or the weights. Right after the permute (decode, bf16 inputs) GEMM1 must wait.
+  g1.overlap_previous = !decode || f32_in;
   gemm::grouped_gemm(type_, g1);
 
-  if (fp8) {
-    gemm::silu_and_mul_quant_fp8_block(workspace2.data, at(workspace13, l.act),
-                                       reinterpret_cast<float*>(at(workspace13, l.act_scales)),
-                                       rows, i, used_rows, stream);
-  } else {
-    gemm::silu_and_mul_bf16(workspace2.data, at(workspace13, l.act), rows, i, used_rows, stream);
+  if (!decode) {
+    if (fp8) {
+      gemm::gated_activation_quant_fp8_block(
+          workspace2.data, at(workspace13, l.act),
+          reinterpret_cast<float*>(at(workspace13, l.act_scales)), rows, i, used_rows, act, stream);
+    } else {
+      gemm::gated_activation_bf16(workspace2.data, at(workspace13, l.act), rows, i, used_rows, act,
+                                  stream);
+    }
   }
 
   gemm::GroupedGemmArgs g2 = g1;
   g2.n = h;
   g2.k = i;
+  g2.lda = 0;
+  g2.row_index = nullptr;
+  g2.gated = nullptr;
+  g2.overlap_previous = true;
   g2.a = at(workspace13, l.act);
   g2.b = st.w2;
   g2.d = at(workspace13, l.out2);
@@ -295,10 +329,23 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const bool weights_on_input = p.apply_router_weight_on_input();
   detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
                                weights_on_input ? nullptr : in.topk_weights.ptr<const float>(), m,
-                               k, h, output.data, stream);
+                               k, h, output.data, stream,
+                               st.w2_bias.defined() ? st.w2_bias.ptr<float>() : nullptr,
+                               in.topk_ids.ptr<const std::int32_t>());
 }
 
 namespace detail {
+
+Tensor expert_bias_to_device(const MoeProblem& problem, const Tensor& b, std::int64_t n,
+                             const char* what) {
+  if (!problem.layer.has_bias) return Tensor();
+  const std::int64_t e = problem.layer.num_experts;
+  MOEKIT_CHECK_ARG(b.dtype() == DType::kF32 && b.numel() == e * n, what,
+                   "f32 [E, " + std::to_string(n) + "]", b.view().str());
+  Tensor out(DType::kF32, Shape{e, n}, Device::cuda(0));
+  copy(out, b);
+  return out;
+}
 
 const void* round_input_rows(const TensorView& values, std::int64_t m, std::int64_t h,
                              void* scratch, StreamHandle stream) {

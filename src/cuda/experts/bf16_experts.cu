@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/experts/bf16_experts.hpp"
@@ -116,13 +117,17 @@ __global__ void gather_rows_kernel(const char* __restrict__ src, long long row_b
 // still spreads over several SMs. Slots in order, kReduceUnroll at a time with all their loads
 // issued first (the latency chain of a slot loop was the cost at small M); separate multiply and
 // add (no FMA), the sum in slot order: unpermute_reduce's arithmetic.
+// kBias: GEMM2's per-expert bias is added to each slot's row before its weight (bias [E, H],
+// slot j's expert topk_ids[t, j]).
 constexpr int kReduceThreads = 128;
 constexpr int kReduceUnroll = 4;
+template <bool kBias>
 __global__ void __launch_bounds__(kReduceThreads)
     weighted_reduce_kernel(const __nv_bfloat16* __restrict__ expert_out,
                            const int* __restrict__ permuted_row,
                            const float* __restrict__ topk_weights, int top_k, long long hidden,
-                           long long slices, __nv_bfloat16* __restrict__ out) {
+                           long long slices, __nv_bfloat16* __restrict__ out,
+                           const float* __restrict__ bias, const int* __restrict__ topk_ids) {
   const long long t = blockIdx.x / slices;
   const long long c = ((blockIdx.x % slices) * kReduceThreads + threadIdx.x) * 8ll;
   if (c >= hidden) return;
@@ -145,9 +150,21 @@ __global__ void __launch_bounds__(kReduceThreads)
     for (int u = 0; u < kReduceUnroll; ++u) {
       if (r[u] < 0) continue;
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
+      float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if constexpr (kBias) {
+        const float4* bp = reinterpret_cast<const float4*>(
+            bias + static_cast<long long>(topk_ids[t * top_k + j0 + u]) * hidden + c);
+        const float4 b0 = bp[0], b1 = bp[1];
+        b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w;
+        b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float2 v = __bfloat1622float2(h[i]);
+        float2 v = __bfloat1622float2(h[i]);
+        if constexpr (kBias) {
+          v.x = __fadd_rn(v.x, b[2 * i]);
+          v.y = __fadd_rn(v.y, b[2 * i + 1]);
+        }
         acc[2 * i] = __fadd_rn(acc[2 * i], __fmul_rn(w[u], v.x));
         acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], __fmul_rn(w[u], v.y));
       }
@@ -219,16 +236,22 @@ void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* so
 
 void weighted_reduce_bf16(const void* expert_out, const std::int32_t* permuted_row,
                           const float* topk_weights, std::int64_t num_tokens, int top_k,
-                          std::int64_t hidden, void* out, StreamHandle stream) {
+                          std::int64_t hidden, void* out, StreamHandle stream,
+                          const float* bias, const std::int32_t* topk_ids) {
   MOEKIT_CHECK_ARG(hidden > 0 && hidden % 8 == 0, "hidden", "a positive multiple of 8", hidden);
+  MOEKIT_CHECK_ARG(bias == nullptr || topk_ids != nullptr, "topk_ids",
+                   "a device pointer (with bias)", "null");
+  MOEKIT_CHECK_ARG(bias == nullptr || reinterpret_cast<std::uintptr_t>(bias) % 16 == 0, "bias",
+                   "16-byte aligned", bias);
   if (num_tokens == 0) return;
   const std::int64_t slices = (hidden / 8 + kReduceThreads - 1) / kReduceThreads;
   MOEKIT_CHECK_ARG(num_tokens * slices < (std::int64_t{1} << 31), "num_tokens",
                    ::moekit::detail::concat("< 2^31 / ", slices, " (CTAs of the reduce)"), num_tokens);
-  weighted_reduce_kernel<<<static_cast<unsigned>(num_tokens * slices), kReduceThreads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const __nv_bfloat16*>(expert_out), permuted_row, topk_weights, top_k, hidden,
-      slices, static_cast<__nv_bfloat16*>(out));
+  auto kernel = bias != nullptr ? weighted_reduce_kernel<true> : weighted_reduce_kernel<false>;
+  kernel<<<static_cast<unsigned>(num_tokens * slices), kReduceThreads, 0,
+           static_cast<cudaStream_t>(stream)>>>(static_cast<const __nv_bfloat16*>(expert_out),
+                                                permuted_row, topk_weights, top_k, hidden, slices,
+                                                static_cast<__nv_bfloat16*>(out), bias, topk_ids);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 

@@ -80,10 +80,18 @@ void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* so
 const void* round_input_rows(const TensorView& values, std::int64_t m, std::int64_t h,
                              void* scratch, StreamHandle stream);
 
+// An expert bias of the checkpoint (f32 [E, n]) copied to the device for apply(); an empty
+// tensor when the layer has no biases. Throws naming `what` unless b is f32 with E * n elements.
+Tensor expert_bias_to_device(const MoeProblem& problem, const Tensor& b, std::int64_t n,
+                             const char* what);
+
 // out[t, :] (bf16 [M, H]) = sum_j RN(w[t,j] * expert_out[permuted_row[t,j], :]) in slot order.
+// With bias (device f32 [E, H], GEMM2's per-expert bias; topk_ids [M, k] names slot j's expert):
+// sum_j RN(w[t,j] * RN(expert_out[...] + bias[topk_ids[t,j], :])).
 void weighted_reduce_bf16(const void* expert_out, const std::int32_t* permuted_row,
                           const float* topk_weights, std::int64_t num_tokens, int top_k,
-                          std::int64_t hidden, void* out, StreamHandle stream);
+                          std::int64_t hidden, void* out, StreamHandle stream,
+                          const float* bias = nullptr, const std::int32_t* topk_ids = nullptr);
 
 }  // namespace detail
 }  // namespace moekit::cuda

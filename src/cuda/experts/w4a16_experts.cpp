@@ -152,16 +152,8 @@ class W4A16Experts : public ModularExperts {
     };
     prepare(w.w13, 2 * i, h, true, "w13", w13_);
     prepare(w.w2, h, i, false, "w2", w2_);
-    auto bias = [&](const Tensor& b, std::int64_t n, const char* what, Tensor& out) {
-      out = Tensor();
-      if (!p.layer.has_bias) return;
-      MOEKIT_CHECK_ARG(b.dtype() == DType::kF32 && b.numel() == e * n, what,
-                       "f32 [E, " + std::to_string(n) + "]", b.view().str());
-      out = Tensor(DType::kF32, Shape{e, n}, Device::cuda(0));
-      copy(out, b);
-    };
-    bias(w.w13_bias, 2 * i, "weights.w13_bias", w13_bias_);
-    bias(w.w2_bias, h, "weights.w2_bias", w2_bias_);
+    w13_bias_ = detail::expert_bias_to_device(p, w.w13_bias, 2 * i, "weights.w13_bias");
+    w2_bias_ = detail::expert_bias_to_device(p, w.w2_bias, h, "weights.w2_bias");
     prepared_ = true;
   }
 

@@ -17,6 +17,7 @@ namespace moekit::gemm::detail {
 namespace {
 
 using sm90_decode::Bf16Codec;
+using sm90_decode::Bf16CodecT;
 using sm90_decode::DecodeConfig;
 
 // DecodeConfig<K-warps, 16-row tiles per warp, 8-token tiles, ring depth (items), min CTAs per
@@ -46,6 +47,12 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
   p.n = static_cast<int>(args.n);
   p.k = static_cast<int>(args.k);
   p.m = static_cast<int>(args.max_rows);
+  p.row_index = args.row_index;
+  if (args.gated != nullptr) {
+    p.bias = args.gated->bias;
+    p.swiglu_alpha = args.gated->swiglu_alpha;
+    p.swiglu_limit = args.gated->swiglu_limit;
+  }
   const sm90_decode::DecodeLaunch l{"grouped_gemm(bf16, decode)",
                                     args.num_experts,
                                     args.max_rows,
@@ -58,10 +65,20 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
   // Rows per expert that can hold rows (host-known, as for kAuto): 8-token units up to 8.
   const std::int64_t holders =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.max_rows));
+  // kEpi: 0 plain, 1 SiLU-and-mul, 2 SwiGLU-OAI (gated: the gate | up row pairs of Bf16CodecT).
+  auto run = [&](auto cfg_tag) {
+    using Cfg = decltype(cfg_tag);
+    if (args.gated == nullptr)
+      sm90_decode::launch_decode<Cfg, Bf16Codec, 0>(l, p);
+    else if (args.gated->kind == Activation::kSwigluOai)
+      sm90_decode::launch_decode<Cfg, Bf16CodecT<true>, 2>(l, p);
+    else
+      sm90_decode::launch_decode<Cfg, Bf16CodecT<true>, 1>(l, p);
+  };
   if (args.max_rows / holders <= 8)
-    sm90_decode::launch_decode<Decode8, Bf16Codec, 0>(l, p);
+    run(Decode8{});
   else
-    sm90_decode::launch_decode<Decode16, Bf16Codec, 0>(l, p);
+    run(Decode16{});
 }
 
 }  // namespace moekit::gemm::detail

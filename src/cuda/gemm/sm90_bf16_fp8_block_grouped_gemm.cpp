@@ -173,11 +173,22 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    a.k);
   MOEKIT_CHECK_ARG(a.max_rows >= 0 && a.max_rows <= INT32_MAX, "max_rows", "in [0, 2^31)",
                    a.max_rows);
+  const std::int64_t out_cols = a.gated != nullptr ? a.n / 2 : a.n;
   if (a.lda == 0) a.lda = a.k;
-  if (a.ldd == 0) a.ldd = a.n;
+  if (a.ldd == 0) a.ldd = out_cols;
   MOEKIT_CHECK_ARG(a.lda >= a.k && a.lda % lda_align == 0, "lda",
                    ::moekit::detail::concat(">= k and a multiple of ", lda_align), a.lda);
-  MOEKIT_CHECK_ARG(a.ldd >= a.n && a.ldd % 8 == 0, "ldd", ">= n and a multiple of 8", a.ldd);
+  MOEKIT_CHECK_ARG(a.ldd >= out_cols && a.ldd % 8 == 0, "ldd",
+                   a.gated != nullptr ? ">= n / 2 (gated) and a multiple of 8"
+                                      : ">= n and a multiple of 8",
+                   a.ldd);
+  if (a.gated != nullptr) {
+    MOEKIT_CHECK_ARG(a.n % 16 == 0, "n", "a multiple of 16 (gated: gate | up halves of I % 8)",
+                     a.n);
+    MOEKIT_CHECK_ARG(
+        a.gated->kind == Activation::kSiluAndMul || a.gated->kind == Activation::kSwigluOai,
+        "gated.kind", "silu or swiglu_oai", activation_name(a.gated->kind));
+  }
   MOEKIT_CHECK_ARG(a.expert_offsets != nullptr, "expert_offsets", "a device pointer", "null");
   MOEKIT_CHECK_ARG(a.a != nullptr && aligned16(a.a), "a", "a 16-byte aligned device pointer", a.a);
   MOEKIT_CHECK_ARG(a.b != nullptr && aligned16(a.b), "b", "a 16-byte aligned device pointer", a.b);
@@ -198,6 +209,12 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    ::moekit::detail::concat("a config with a ", grouped_gemm_type_name(t),
                                             " kernel"),
                    grouped_gemm_config_name(config));
+  if (config != GroupedGemmConfig::kDecode) {
+    MOEKIT_CHECK_ARG(a.row_index == nullptr, "row_index", "null unless the config is decode",
+                     grouped_gemm_config_name(config));
+    MOEKIT_CHECK_ARG(a.gated == nullptr, "gated", "null unless the config is decode",
+                     grouped_gemm_config_name(config));
+  }
   if (a.max_rows == 0) return;
 #if MOEKIT_WITH_CUTLASS
   launcher(t, config).run(a);

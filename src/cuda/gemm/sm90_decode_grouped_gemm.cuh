@@ -103,11 +103,11 @@ __device__ __forceinline__ uint4 load_activation(const __nv_bfloat16* p, bool va
 }
 
 // Epilogue of one 16-row x 8-token accumulator tile (c: rows g, g+8 x tokens
-// 2t, 2t+1). Codec::kTails: weight row g + 8 may lie past N (N % 16 == 8).
+// 2t, 2t+1). Codec::kRowTails: weight row g + 8 may lie past N (N % 16 == 8).
 template <int kEpi, typename Codec = W4Codec<true>>
 __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4], int e, int rt,
                                            int row0, int row_end, int g, int t) {
-  static_assert(!Codec::kTails || kEpi == 0, "gated epilogues need N % 16 == 0");
+  static_assert(!Codec::kRowTails || kEpi == 0, "gated epilogues need N % 16 == 0");
   const float scale = (p.alpha ? p.alpha[e] : 1.0f) * Codec::kUnscale;
   const float* bias = p.bias ? p.bias + static_cast<std::int64_t>(e) * p.n : nullptr;
 #pragma unroll
@@ -120,7 +120,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
     if constexpr (kEpi == 0) {
       const int n0 = rt * 16 + g;
       out[n0] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
-      if (!Codec::kTails || n0 + 8 < p.n)
+      if (!Codec::kRowTails || n0 + 8 < p.n)
         out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
     } else {
       const int col = rt * 8 + g;

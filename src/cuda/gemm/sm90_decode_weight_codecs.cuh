@@ -4,8 +4,9 @@
 // ring, activations, split-K reduction, epilogue).
 //
 // A codec provides:
-//   kTails        rows past N (N % 16 == 8) and K past the last full chunk (K % 64 != 0) are
-//                 masked; false: the launcher guarantees N % 16 == 0 and K % 64 == 0
+//   kTails        K past the last full chunk (K % 64 != 0) is masked; false: the launcher
+//                 guarantees K % 64 == 0
+//   kRowTails     rows past N (N % 16 == 8) are masked; false: N % 16 == 0
 //   kUnscale      the epilogue's accumulator multiplier
 //   kSmemBytes    its shared-memory table (init_smem fills it before the kernel's first barrier)
 //   lane_k(t), kHalfStride  where lane (g, t) finds its two 16-byte activation halves in a chunk:
@@ -36,6 +37,7 @@ using sm90_w4a16::word_of;
 template <bool kNvfp4>
 struct W4Codec {
   static constexpr bool kTails = false;
+  static constexpr bool kRowTails = false;
   static constexpr float kUnscale = 18446744073709551616.0f;  // 2^kUnscaleLog2
   static_assert(sm90_w4a16::kUnscaleLog2 == 64, "unscale constant");
   static constexpr int kSmemBytes = 256 * 4;
@@ -112,8 +114,13 @@ struct W4Codec {
 // load instruction reads 64 contiguous bytes per row (two full 32-byte sectors), the two together
 // the row's 128-byte line of the chunk. The register map: sm90_bf16_decode_fragments.hpp. Tails:
 // N % 8 == 0 and K % 8 == 0 (whole 16-byte halves).
-struct Bf16Codec {
+// kGated (GEMM1 with its activation in the epilogue, N = 2I, gate | up halves): tile rt's row g is
+// gate row 8 rt + g and its row g + 8 the matching up row I + 8 rt + g, so one thread's
+// accumulators hold both inputs of an output column (store_tile's gated epilogue); N % 16 == 0.
+template <bool kGated>
+struct Bf16CodecT {
   static constexpr bool kTails = true;
+  static constexpr bool kRowTails = !kGated;
   static constexpr float kUnscale = 1.0f;
   static constexpr int kSmemBytes = 0;
   static constexpr int kHalfStride = kBf16HalfStride;
@@ -132,17 +139,18 @@ struct Bf16Codec {
     int k_left;                // K - lane_k(t): half h of chunk c exists when 64c + 32h < it
     __device__ void set(const Params& p, int e, int rt0, int lane) {
       const int g = lane / 4, t = lane % 4;
-      const int row0 = rt0 * 16 + g;
+      const int row0 = rt0 * (kGated ? 8 : 16) + g;
       row = reinterpret_cast<const __nv_bfloat16*>(p.w) +
             (static_cast<std::int64_t>(e) * p.n + row0) * p.k + lane_k(t);
-      rows_left = p.n - row0;
+      rows_left = p.n - row0;  // gated: unused (no row tails)
       k_left = p.k - lane_k(t);
     }
     template <bool kL2Prefetch>
     __device__ void load(const Params& p, Item& it, int m, int c, bool ok) const {
-      const __nv_bfloat16* r0 = row + static_cast<std::int64_t>(m) * 16 * p.k + c * 64;
-      const __nv_bfloat16* r8 = r0 + static_cast<std::int64_t>(8) * p.k;
-      const bool ok8 = ok && m * 16 + 8 < rows_left;
+      // Tile m + 1 starts 16 rows (gated: 8) further on; row g + 8 lies 8 rows (gated: I) after g.
+      const __nv_bfloat16* r0 = row + static_cast<std::int64_t>(m) * (kGated ? 8 : 16) * p.k + c * 64;
+      const __nv_bfloat16* r8 = r0 + static_cast<std::int64_t>(kGated ? p.n / 2 : 8) * p.k;
+      const bool ok8 = ok && (kGated || m * 16 + 8 < rows_left);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const bool in_k = c * 64 + kHalfStride * h < k_left;
@@ -164,16 +172,23 @@ struct Bf16Codec {
       }
   }
 
-  // The unit's rows are contiguous in memory: its first `budget` bytes (budget < 4 GiB).
+  // The unit's first `budget` bytes (budget < 4 GiB): its rows are contiguous in memory (gated:
+  // the gate rows; the up rows are as many bytes further on).
   __device__ static void prefetch_unit(const Params& p, int e, int rt0, int tiles,
                                        std::int64_t budget) {
-    const int rows = min(tiles * 16, p.n - rt0 * 16);
+    const int per_tile = kGated ? 8 : 16, last = kGated ? p.n / 2 : p.n;
+    const int rows = min(tiles * per_tile, last - rt0 * per_tile);
     std::int64_t bytes = static_cast<std::int64_t>(rows) * p.k * 2;
+    if (kGated) budget /= 2;
     if (bytes > budget) bytes = budget / 16 * 16;
     const auto* base = reinterpret_cast<const __nv_bfloat16*>(p.w) +
-                       (static_cast<std::int64_t>(e) * p.n + rt0 * 16) * p.k;
+                       (static_cast<std::int64_t>(e) * p.n + rt0 * per_tile) * p.k;
     sm90_w4a16::l2_prefetch(base, static_cast<std::uint32_t>(bytes));
+    if (kGated)
+      sm90_w4a16::l2_prefetch(base + static_cast<std::int64_t>(p.n / 2) * p.k,
+                              static_cast<std::uint32_t>(bytes));
   }
 };
+using Bf16Codec = Bf16CodecT<false>;
 
 }  // namespace moekit::gemm::sm90_decode

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 
+#include "cuda/activation/gated_math.cuh"
 #include "cuda/runtime/sm90_bulk_copy.cuh"
+#include "cuda/runtime/sorted_search.cuh"
 
 namespace moekit::gemm::sm90_w4a16 {
 
@@ -89,15 +91,7 @@ __device__ __forceinline__ void prefix_token_tiles(const Params& p, int lane, in
 // The expert of token tile tt: the largest e with tile_start[e] <= tt (binary search over the
 // prefix of prefix_token_tiles; empty experts share their successor's start and lose the tie).
 __device__ __forceinline__ int expert_of_tile(const int* tile_start, int num_experts, int tt) {
-  int lo = 0, hi = num_experts - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] <= tt)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
+  return cuda::last_at_most(tile_start, num_experts, tt);
 }
 
 // kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM 16-row tiles x
@@ -250,14 +244,10 @@ __device__ std::uint32_t scale_multiplier(int byte) {
   return h | (h << 16);
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
-
-template <int kEpi>  // 0 none, 1 silu-and-mul, 2 swiglu-oai
+// The gated epilogue (cuda/activation/gated_math.cuh): kEpi 1 silu-and-mul, else swiglu-oai.
+template <int kEpi>
 __device__ __forceinline__ float gated(float g, float u, float alpha, float limit) {
-  if (kEpi == 1) return silu(g) * u;
-  g = fminf(g, limit);
-  u = fminf(fmaxf(u, -limit), limit);
-  return g / (1.0f + __expf(-alpha * g)) * (u + 1.0f);
+  return cuda::gated_f32<kEpi == 1 ? 1 : 2>(g, u, alpha, limit);
 }
 
 // ---- the kernel ----

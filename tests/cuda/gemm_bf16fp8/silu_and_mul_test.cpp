@@ -1,4 +1,4 @@
-// SiLU-and-mul kernels between the grouped GEMMs, and the whole expert chain
+// SiLU-and-mul / SwiGLU-OAI (+ expert bias) kernels between the grouped GEMMs, and the whole expert chain
 // (GEMM1 -> activation -> GEMM2) against a float64 reference.
 // Bounds: silu_and_mul_bf16 rel L2 < 5e-3 (bf16 output rounding ~1.1e-3 RMS). The fp8 variant:
 // every scale equals max(amax,1e-10)/448 of its group to 1e-5 relative, and every dequantized value
@@ -98,6 +98,128 @@ TEST(SiluAndMul, Fp8BlockQuantizesEachGroup) {
   for (std::size_t i = static_cast<std::size_t>(used) * inter; i < q.size(); ++i)
     clobbered += q[i] != 0x7f;
   EXPECT_EQ(clobbered, 0);
+}
+
+// SwiGLU-OAI (gpt-oss) with GEMM1's per-expert bias: rows sorted by expert (with empty experts
+// and one expert holding most rows), the bias row found from expert_offsets on the device; gate
+// and up spread over [-12, 12] so both clamps at limit 7 are exercised. bf16: rel L2 < 5e-3
+// against float64; fp8: the per-group checks of Fp8BlockQuantizesEachGroup.
+double swiglu_oai(double g, double u, double alpha, double limit) {
+  g = std::min(g, limit);
+  u = std::clamp(u, -limit, limit);
+  return g / (1.0 + std::exp(-alpha * g)) * (u + 1.0);
+}
+
+TEST(GatedActivation, SwigluOaiWithExpertBias) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const std::vector<int> counts{3, 0, 29, 0, 0, 1, 8};
+  const int E = static_cast<int>(counts.size()), inter = 256, kb = inter / 128;
+  const auto off = offsets_of(counts);
+  const int used = off[E], rows = used + 5;  // 5 capacity rows past offsets[E]: untouched
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  std::normal_distribution<float> small(0.0f, 1.0f);
+  std::vector<std::uint16_t> in(static_cast<std::size_t>(rows) * 2 * inter);
+  for (auto& x : in) x = float_to_bf16(wide(rng));
+  std::vector<float> bias(static_cast<std::size_t>(E) * 2 * inter);
+  for (auto& x : bias) x = small(rng);
+  const float alpha = 1.702f, limit = 7.0f;
+  std::vector<double> y(static_cast<std::size_t>(used) * inter);
+  for (int e = 0; e < E; ++e)
+    for (int r = off[e]; r < off[e + 1]; ++r)
+      for (int c = 0; c < inter; ++c) {
+        const std::size_t row = static_cast<std::size_t>(r) * 2 * inter;
+        const float* b = bias.data() + static_cast<std::size_t>(e) * 2 * inter;
+        const double g = bf16_to_float(in[row + c]) + static_cast<double>(b[c]);
+        const double u = bf16_to_float(in[row + inter + c]) + static_cast<double>(b[inter + c]);
+        y[static_cast<std::size_t>(r) * inter + c] = swiglu_oai(g, u, alpha, limit);
+      }
+  DeviceArray<std::uint16_t> d_in(in), d_out(static_cast<std::size_t>(rows) * inter);
+  DeviceArray<float> d_bias(bias);
+  DeviceArray<std::int32_t> d_off(off);
+  gemm::GatedActivationArgs act;
+  act.kind = Activation::kSwigluOai;
+  act.swiglu_alpha = alpha;
+  act.swiglu_limit = limit;
+  act.bias = d_bias.get();
+  act.expert_offsets = d_off.get();
+  act.num_experts = E;
+
+  MOEKIT_TEST_CUDA(cudaMemset(d_out.get(), 0xff, static_cast<std::size_t>(rows) * inter * 2));
+  gemm::gated_activation_bf16(d_in.get(), d_out.get(), rows, inter, d_off.get() + E, act, nullptr);
+  MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+  const auto bits = d_out.download();
+  std::vector<double> out;
+  for (std::size_t i = 0; i < y.size(); ++i) out.push_back(bf16_to_float(bits[i]));
+  EXPECT_LT(rel_l2(out, y), 5e-3);
+  int clobbered = 0;
+  for (std::size_t i = y.size(); i < bits.size(); ++i) clobbered += bits[i] != 0xffff;
+  EXPECT_EQ(clobbered, 0);
+
+  DeviceArray<std::uint8_t> d_q(static_cast<std::size_t>(rows) * inter);
+  DeviceArray<float> d_s(static_cast<std::size_t>(rows) * kb);
+  MOEKIT_TEST_CUDA(cudaMemset(d_q.get(), 0x7f, static_cast<std::size_t>(rows) * inter));
+  gemm::gated_activation_quant_fp8_block(d_in.get(), d_q.get(), d_s.get(), rows, inter,
+                                         d_off.get() + E, act, nullptr);
+  MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+  const auto q = d_q.download();
+  const auto s = d_s.download();
+  int bad_scale = 0, bad_value = 0;
+  for (int r = 0; r < used; ++r)
+    for (int b = 0; b < kb; ++b) {
+      double amax = 0;
+      for (int j = 0; j < 128; ++j)
+        amax = std::max(amax, std::fabs(y[static_cast<std::size_t>(r) * inter + b * 128 + j]));
+      const double s_ref = std::max(amax, 1e-10) / 448.0;
+      const double sk = s[static_cast<std::size_t>(r) * kb + b];
+      // __expf and the fp32 evaluation: 1e-5 relative on the scale (as in the bias-free test).
+      bad_scale += !(std::fabs(sk - s_ref) <= 1e-5 * s_ref);
+      for (int j = 0; j < 128; ++j) {
+        const double yj = y[static_cast<std::size_t>(r) * inter + b * 128 + j];
+        const double deq = e4m3_to_float(q[static_cast<std::size_t>(r) * inter + b * 128 + j]) * sk;
+        const double tol = std::max(0.0625 * std::fabs(yj), std::ldexp(sk, -10)) * 1.01 + 1e-6 * s_ref;
+        bad_value += !(std::fabs(deq - yj) <= tol);
+      }
+    }
+  EXPECT_EQ(bad_scale, 0);
+  EXPECT_EQ(bad_value, 0);
+  clobbered = 0;
+  for (std::size_t i = static_cast<std::size_t>(used) * inter; i < q.size(); ++i)
+    clobbered += q[i] != 0x7f;
+  EXPECT_EQ(clobbered, 0);
+}
+
+TEST(GatedActivation, RejectsBadArgumentsNamingThem) {
+  MOEKIT_REQUIRE_GPU();
+  DeviceArray<std::uint8_t> buf(1 << 16);
+  DeviceArray<std::int32_t> n(std::vector<std::int32_t>{1});
+  // Each case: the activation arguments, whether the fp8 entry point is called, the message.
+  auto expect_error = [&](const gemm::GatedActivationArgs& act, bool fp8, const char* what) {
+    SCOPED_TRACE(what);
+    try {
+      if (fp8)
+        gemm::gated_activation_quant_fp8_block(buf.get(), buf.get(),
+                                               reinterpret_cast<float*>(buf.get()), 4, 128, n.get(),
+                                               act, nullptr);
+      else
+        gemm::gated_activation_bf16(buf.get(), buf.get(), 4, 64, n.get(), act, nullptr);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(what));
+    }
+  };
+  gemm::GatedActivationArgs bias_without_offsets;
+  bias_without_offsets.bias = reinterpret_cast<const float*>(buf.get());
+  expect_error(bias_without_offsets, false, "act.expert_offsets: expected");
+  gemm::GatedActivationArgs gelu;
+  gelu.kind = Activation::kGeluErfAndMul;
+  expect_error(gelu, false, "act.kind: expected");
+  gemm::GatedActivationArgs bad_limit;
+  bad_limit.kind = Activation::kSwigluOai;
+  bad_limit.swiglu_limit = -1.0f;
+  expect_error(bad_limit, true, "act.swiglu_limit: expected");
 }
 
 TEST(SiluAndMul, RejectsBadArgumentsNamingThem) {

@@ -5,7 +5,8 @@
 //     adversarial routings: every assignment to one expert, empty experts, invalid ids, M = 1.
 //   - weighted_reduce_bf16: out[t] = sum over slots j in order of RN(w[t,j] * row) (separate
 //     multiply and add), rows with permuted_row -1 skipped, weights null = 1; top_k not a
-//     multiple of the kernel's unroll, H not a multiple of its CTA width; M = 0 writes nothing.
+//     multiple of the kernel's unroll, H not a multiple of its CTA width; M = 0 writes nothing;
+//     with GEMM2's per-expert bias: RN(w[t,j] * RN(row + bias[topk_ids[t,j]])).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/experts/bf16_experts.hpp"
@@ -111,9 +113,11 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (const auto& [m, k, h] : {std::tuple{1, 8, 7168}, std::tuple{5, 1, 8}, std::tuple{3, 5, 1032},
                                 std::tuple{64, 9, 2880}, std::tuple{17, 2, 4096}}) {
-    for (const bool weighted : {true, false}) {
+    for (const auto& [weighted, biased] : {std::pair{true, false}, std::pair{false, false},
+                                            std::pair{true, true}}) {
       SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k) + " h=" +
-                   std::to_string(h) + (weighted ? " weighted" : " unweighted"));
+                   std::to_string(h) + (weighted ? " weighted" : " unweighted") +
+                   (biased ? " biased" : ""));
       const std::int64_t rows = static_cast<std::int64_t>(m) * k;
       std::vector<std::uint16_t> src(static_cast<std::size_t>(rows * h));
       for (auto& x : src) x = float_to_bf16(normal(rng));
@@ -125,6 +129,12 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
         if (unit(rng) < 0.15f) prow[i] = -1;
       std::vector<float> w(static_cast<std::size_t>(rows));
       for (auto& x : w) x = unit(rng);
+      // Each slot's expert (of 6) and the experts' biases [6, h].
+      constexpr int kExperts = 6;
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+      for (auto& x : ids) x = static_cast<std::int32_t>(rng() % kExperts);
+      std::vector<float> bias(static_cast<std::size_t>(kExperts * h));
+      for (auto& x : bias) x = normal(rng);
       std::vector<std::uint16_t> want(static_cast<std::size_t>(m * h));
       for (int t = 0; t < m; ++t)
         for (std::int64_t c = 0; c < h; ++c) {
@@ -132,7 +142,8 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
           for (int j = 0; j < k; ++j) {
             const int r = prow[static_cast<std::size_t>(t * k + j)];
             if (r < 0) continue;
-            const float v = bf16_to_float(src[static_cast<std::size_t>(r * h + c)]);
+            float v = bf16_to_float(src[static_cast<std::size_t>(r * h + c)]);
+            if (biased) v = v + bias[static_cast<std::size_t>(ids[static_cast<std::size_t>(t * k + j)] * h + c)];
             // Host code is compiled without FP contraction (ISO C++ mode): two roundings.
             const float p = mul_rn(weighted ? w[static_cast<std::size_t>(t * k + j)] : 1.0f, v);
             acc = acc + p;
@@ -140,12 +151,15 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
           want[static_cast<std::size_t>(t * h + c)] = float_to_bf16(acc);
         }
       const Tensor d_src = upload(src, DType::kBF16), d_prow = upload(prow, DType::kI32);
-      const Tensor d_w = upload(w, DType::kF32);
+      const Tensor d_w = upload(w, DType::kF32), d_ids = upload(ids, DType::kI32),
+                   d_bias = upload(bias, DType::kF32);
       Tensor d_out(DType::kBF16, Shape{static_cast<std::int64_t>(m) * h}, Device::cuda(0));
       ASSERT_EQ(cudaMemset(d_out.data(), 0xA5, d_out.nbytes()), cudaSuccess);
       cuda::detail::weighted_reduce_bf16(d_src.data(), d_prow.ptr<const std::int32_t>(),
                                          weighted ? d_w.ptr<const float>() : nullptr, m, k, h,
-                                         d_out.data(), nullptr);
+                                         d_out.data(), nullptr,
+                                         biased ? d_bias.ptr<const float>() : nullptr,
+                                         biased ? d_ids.ptr<const std::int32_t>() : nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got = download<std::uint16_t>(d_out);
       std::int64_t bad = 0;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call: a GPU test subset, compute-sanitizer memcheck / racecheck on a smaller subset,
+# then `moekit bench` runs, all from prebuilt binaries (.devbin-abz/bins.tar.xz: moekit_new,
+# moekit_gpu_tests, optionally moekit_old). Each bench argument is one quoted argument list for
+# `moekit bench`; prefixed with "old:" it runs moekit_old (an in-run A/B against the old build).
+#   TESTS=<gtest filter> SAN=<gtest filter> bash bench/run_device_tests_bench.sh "<args>" ...
+# A step starts only while less than BUDGET (default 540) seconds have passed.
+set -u
+B=.devbin-ab
+mkdir -p $B && tar xJf .devbin-abz/bins.tar.xz -C $B
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+BUDGET=${BUDGET:-540}
+T0=$SECONDS
+step() { echo "[$((SECONDS - T0))s] $*"; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+if [ -n "${TESTS:-}" ]; then
+  timeout 200 $B/moekit_gpu_tests --gtest_filter="$TESTS" >"$OUT/tests.log" 2>&1
+  step "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |tests ran|\[  FAILED  \]|SKIP" "$OUT/tests.log" | head -20
+fi
+if [ -n "${SAN:-}" ]; then
+  for tool in memcheck racecheck; do
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 $B/moekit_gpu_tests \
+      --gtest_filter="$SAN" >"$OUT/$tool.log" 2>&1
+    step "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/$tool.log" | tail -3
+  done
+fi
+n=0
+for args in "$@"; do
+  n=$((n + 1))
+  [ "$(left)" -gt 45 ] || { step "skip bench $n (budget)"; continue; }
+  bin=$B/moekit_new
+  case "$args" in old:*) bin=$B/moekit_old; args=${args#old:} ;; esac
+  # shellcheck disable=SC2086
+  timeout "$(left)" $bin bench $args --json "$OUT/bench_$n.json" >"$OUT/bench_$n.log" 2>&1
+  step "bench $n rc=$?: $(basename $bin) $args"
+  grep -E "^(deepseek|qwen3|gpt-oss|mixtral|kimi|llama4)" "$OUT/bench_$n.log" | awk '{print $1, $2, $3, $5, $10, $11, $12}'
+done
