@@ -33,8 +33,8 @@ bool takes_f32_input(gemm::GroupedGemmType t, const MoeProblem& problem) {
 // sorted_tokens: the token of each sorted row (the decode config's row_index: GEMM1 gathers its
 // rows itself, `a` stays unused).
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, a_rounded, a, a_scales, act,
-      act_scales, out2, gemm_ws, total;
+  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, a,
+      a_scales, act, act_scales, out2, gemm_ws, total;
 };
 
 Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
@@ -50,6 +50,7 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
   l.sorted_tokens = p, p += is_fp8(t) ? 0 : up(r * 4);
+  l.permute_scratch = p, p += up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a_rounded = p, p += takes_f32_input(t, problem) ? up(m * h * 2) : 0;
   l.a = p, p += up(r * h * elem);
   l.a_scales = p, p += is_fp8(t) ? up(r * (h / 128) * 4) : 0;
@@ -256,7 +257,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
       gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) == gemm::GroupedGemmConfig::kDecode;
   auto* tokens = decode ? reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens)) : nullptr;
   detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
-                            stream, k, tokens);
+                            stream, k, tokens, at(workspace13, l.permute_scratch));
   const std::int64_t elem = fp8 ? 1 : 2;
   const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
                                                         at(workspace13, l.a_rounded), stream)

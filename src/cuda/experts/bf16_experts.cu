@@ -16,13 +16,63 @@ namespace {
 constexpr int kPermuteThreads = 1024;
 constexpr int kPermuteSmallThreads = 128;
 
+// One chunk of kThreads assignments [base, base + kThreads) in ascending order: a lane's rank
+// among the earlier lanes with the same expert comes from __match_any_sync (own warp) plus the
+// per-warp counts of the earlier warps (warp_cnt [kWarps][E], zero on entry for this chunk), so
+// positions (running[e] + that rank) are ascending in a inside each expert (permute.hpp order).
+template <int kThreads>
+__device__ __forceinline__ void scatter_chunk(const int* __restrict__ topk_ids, int num_assign,
+                                              int num_experts, int base, const int* running,
+                                              int* warp_cnt, int* __restrict__ sorted_ids,
+                                              int* __restrict__ permuted_row, int top_k,
+                                              int* __restrict__ sorted_tokens) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int a = base + tid;
+  const int e = a < num_assign ? topk_ids[a] : -1;
+  const bool valid = e >= 0 && e < num_experts;
+  const unsigned peers = __match_any_sync(0xffffffffu, valid ? e : num_experts + lane);
+  const int rank = __popc(peers & lanes_below);
+  if (valid && rank == 0) warp_cnt[warp * num_experts + e] = __popc(peers);
+  __syncthreads();
+  if (valid) {
+    int pos = running[e] + rank;
+    for (int w = 0; w < warp; ++w) pos += warp_cnt[w * num_experts + e];
+    sorted_ids[pos] = a;
+    if (sorted_tokens != nullptr) sorted_tokens[pos] = a / top_k;
+    permuted_row[a] = pos;
+  } else if (a < num_assign) {
+    permuted_row[a] = -1;
+  }
+}
+
+// Exclusive scan of v[0, n) by warp 0 (32 values per step); returns the total on lane 0 of warp 0.
+__device__ __forceinline__ int warp0_exclusive_scan(const int* v, int n, int* out, int* out2) {
+  const int lane = threadIdx.x & 31;
+  int carry = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int e = base + lane;
+    const int x = e < n ? v[e] : 0;
+    int incl = x;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += y;
+    }
+    if (e < n) {
+      out[e] = carry + incl - x;
+      if (out2 != nullptr) out2[e] = carry + incl - x;
+    }
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  return carry;
+}
+
 // One block of kThreads (1024; 128 when the assignments fit one chunk of 128: decode sizes, where
 // the block's barriers and per-warp loops cost more than its width brings).
 // Pass 1: histogram (shared atomics) -> exclusive scan -> expert_offsets.
-// Pass 2: chunks of kThreads assignments in ascending order; within a chunk a lane's rank among
-// the earlier lanes with the same expert comes from __match_any_sync (own warp) plus per-warp
-// counts of the earlier warps, so positions are ascending in a inside each expert (permute.hpp
-// order). sorted_tokens (optional): the token a / top_k of each sorted assignment.
+// Pass 2: scatter_chunk over chunks of kThreads assignments in ascending order.
+// sorted_tokens (optional): the token a / top_k of each sorted assignment.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     permute_kernel(const int* __restrict__ topk_ids, int num_assign, int num_experts,
@@ -33,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
   int* hist = smem;                      // [E]
   int* running = hist + num_experts;     // [E]
   int* warp_cnt = running + num_experts;  // [kWarps][E]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, warp = tid >> 5;
   for (int i = tid; i < num_experts * (kWarps + 1); i += kThreads) {
     if (i < num_experts) hist[i] = 0;
     else warp_cnt[i - num_experts] = 0;
@@ -44,44 +94,14 @@ __global__ void __launch_bounds__(kThreads)
     if (e >= 0 && e < num_experts) atomicAdd(&hist[e], 1);
   }
   __syncthreads();
-  if (warp == 0) {  // exclusive scan, 32 experts per step
-    int carry = 0;
-    for (int base = 0; base < num_experts; base += 32) {
-      const int e = base + lane;
-      const int v = e < num_experts ? hist[e] : 0;
-      int incl = v;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += y;
-      }
-      if (e < num_experts) {
-        offsets[e] = carry + incl - v;
-        running[e] = carry + incl - v;
-      }
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) offsets[num_experts] = carry;
+  if (warp == 0) {
+    const int total = warp0_exclusive_scan(hist, num_experts, offsets, running);
+    if ((tid & 31) == 0) offsets[num_experts] = total;
   }
   __syncthreads();
-  const unsigned lanes_below = (1u << lane) - 1u;
   for (int base = 0; base < num_assign; base += kThreads) {
-    const int a = base + tid;
-    const int e = a < num_assign ? topk_ids[a] : -1;
-    const bool valid = e >= 0 && e < num_experts;
-    const unsigned peers = __match_any_sync(0xffffffffu, valid ? e : num_experts + lane);
-    const int rank = __popc(peers & lanes_below);
-    if (valid && rank == 0) warp_cnt[warp * num_experts + e] = __popc(peers);
-    __syncthreads();
-    if (valid) {
-      int pos = running[e] + rank;
-      for (int w = 0; w < warp; ++w) pos += warp_cnt[w * num_experts + e];
-      sorted_ids[pos] = a;
-      if (sorted_tokens != nullptr) sorted_tokens[pos] = a / top_k;
-      permuted_row[a] = pos;
-    } else if (a < num_assign) {
-      permuted_row[a] = -1;
-    }
+    scatter_chunk<kThreads>(topk_ids, num_assign, num_experts, base, running, warp_cnt,
+                            sorted_ids, permuted_row, top_k, sorted_tokens);
     // The next chunk's base positions (none after the last chunk: decode sizes are one chunk).
     if (base + kThreads >= num_assign) break;
     __syncthreads();
@@ -95,6 +115,82 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
+}
+
+// Multi-block path (many assignments): block b owns chunk b (kChunkThreads assignments).
+// (1) permute_count_kernel: chunk histograms -> counts [B][E];
+// (2) permute_scan_kernel (one block): counts[b][e] <- offsets[e] + sum_{b' < b} counts[b'][e]
+//     (each chunk's first position per expert), offsets = exclusive scan of the totals;
+// (3) permute_scatter_kernel: scatter_chunk from those positions. Same outputs as permute_kernel
+//     (positions depend on the assignment order only), three launches instead of a serial walk.
+constexpr int kChunkThreads = 1024;
+
+__global__ void __launch_bounds__(kChunkThreads)
+    permute_count_kernel(const int* __restrict__ topk_ids, int num_assign, int num_experts,
+                         int* __restrict__ counts) {
+  extern __shared__ int hist[];  // [E]
+  for (int e = threadIdx.x; e < num_experts; e += kChunkThreads) hist[e] = 0;
+  __syncthreads();
+  const int a = blockIdx.x * kChunkThreads + threadIdx.x;
+  if (a < num_assign) {
+    const int e = topk_ids[a];
+    if (e >= 0 && e < num_experts) atomicAdd(&hist[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += kChunkThreads)
+    counts[static_cast<long long>(blockIdx.x) * num_experts + e] = hist[e];
+}
+
+__global__ void __launch_bounds__(kChunkThreads)
+    permute_scan_kernel(int* __restrict__ counts, int blocks, int num_experts,
+                        int* __restrict__ offsets) {
+  extern __shared__ int total[];  // [E]
+  for (int e = threadIdx.x; e < num_experts; e += kChunkThreads) {
+    int run = 0;
+#pragma unroll 8
+    for (int b = 0; b < blocks; ++b) {
+      int* c = counts + static_cast<long long>(b) * num_experts + e;
+      const int x = *c;
+      *c = run;
+      run += x;
+    }
+    total[e] = run;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int sum = warp0_exclusive_scan(total, num_experts, total, nullptr);
+    if (threadIdx.x == 0) offsets[num_experts] = sum;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += kChunkThreads) offsets[e] = total[e];
+  for (long long i = threadIdx.x; i < static_cast<long long>(blocks) * num_experts; i += kChunkThreads)
+    counts[i] += total[i % num_experts];
+}
+
+__global__ void __launch_bounds__(kChunkThreads)
+    permute_scatter_kernel(const int* __restrict__ topk_ids, int num_assign, int num_experts,
+                           const int* __restrict__ counts, int* __restrict__ sorted_ids,
+                           int* __restrict__ permuted_row, int top_k,
+                           int* __restrict__ sorted_tokens) {
+  constexpr int kWarps = kChunkThreads / 32;
+  extern __shared__ int smem[];
+  int* running = smem;                   // [E]
+  int* warp_cnt = running + num_experts;  // [kWarps][E]
+  const int* first = counts + static_cast<long long>(blockIdx.x) * num_experts;
+  for (int i = threadIdx.x; i < num_experts * (kWarps + 1); i += kChunkThreads) {
+    if (i < num_experts) running[i] = first[i];
+    else warp_cnt[i - num_experts] = 0;
+  }
+  __syncthreads();
+  scatter_chunk<kChunkThreads>(topk_ids, num_assign, num_experts, blockIdx.x * kChunkThreads,
+                               running, warp_cnt, sorted_ids, permuted_row, top_k, sorted_tokens);
+}
+
+// The multi-block path from this many chunks on (fewer: one block walks them).
+constexpr std::int64_t kMultiBlockMinChunks = 3;
+
+std::int64_t permute_chunks(std::int64_t num_assignments) {
+  return (num_assignments + kChunkThreads - 1) / kChunkThreads;
 }
 
 template <typename Vec>
@@ -182,13 +278,39 @@ __global__ void __launch_bounds__(kReduceThreads)
 void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignments, int num_experts,
                        std::int32_t* expert_offsets, std::int32_t* sorted_ids,
                        std::int32_t* permuted_row, StreamHandle stream, int top_k,
-                       std::int32_t* sorted_tokens) {
+                       std::int32_t* sorted_tokens, void* scratch) {
   MOEKIT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxPermuteExperts, "num_experts",
                    ::moekit::detail::concat("in [1, ", kMaxPermuteExperts, "]"), num_experts);
   MOEKIT_CHECK_ARG(sorted_tokens == nullptr || top_k >= 1, "top_k", ">= 1 (with sorted_tokens)",
                    top_k);
   MOEKIT_CHECK_ARG(num_assignments >= 0 && num_assignments < (1ll << 31), "num_assignments",
                    "in [0, 2^31)", num_assignments);
+  const std::int64_t chunks = permute_chunks(num_assignments);
+  if (scratch != nullptr && chunks >= kMultiBlockMinChunks) {
+    auto st = static_cast<cudaStream_t>(stream);
+    auto* counts = static_cast<int*>(scratch);
+    const unsigned blocks = static_cast<unsigned>(chunks);
+    const std::size_t hist = static_cast<std::size_t>(num_experts) * sizeof(int);
+    const std::size_t scatter_smem = hist * (kChunkThreads / 32 + 1);
+    static const bool attr_set = [] {
+      MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
+          permute_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(kMaxPermuteExperts * (kChunkThreads / 32 + 1) * sizeof(int))));
+      return true;
+    }();
+    (void)attr_set;
+    permute_count_kernel<<<blocks, kChunkThreads, hist, st>>>(
+        topk_ids, static_cast<int>(num_assignments), num_experts, counts);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+    permute_scan_kernel<<<1, kChunkThreads, hist, st>>>(counts, static_cast<int>(blocks),
+                                                         num_experts, expert_offsets);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+    permute_scatter_kernel<<<blocks, kChunkThreads, scatter_smem, st>>>(
+        topk_ids, static_cast<int>(num_assignments), num_experts, counts, sorted_ids,
+        permuted_row, top_k, sorted_tokens);
+    MOEKIT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   auto launch = [&](auto threads_tag) {
     constexpr int kThreads = decltype(threads_tag)::value;
     constexpr int kWarps = kThreads / 32;
@@ -209,6 +331,13 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
   else
     launch(std::integral_constant<int, kPermuteThreads>{});
   MOEKIT_CUDA_CHECK_LAUNCH();
+}
+
+std::size_t permute_scratch_bytes(std::int64_t num_assignments, int num_experts) {
+  const std::int64_t chunks = permute_chunks(num_assignments);
+  return chunks >= kMultiBlockMinChunks
+             ? static_cast<std::size_t>(chunks) * static_cast<std::size_t>(num_experts) * 4
+             : 0;
 }
 
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,

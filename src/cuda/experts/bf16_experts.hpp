@@ -62,10 +62,14 @@ constexpr int kMaxPermuteExperts = 512;
 // written), permuted_row [M, k] (-1 for ids outside [0, E)). One block; deterministic.
 // sorted_tokens (optional, [>= M*k]): also the token sorted_ids[r] / top_k of each row (a GEMM's
 // row_index: the gather fused into its A loads).
+// scratch (optional, device, permute_scratch_bytes(num_assignments, E) bytes; 0 for small
+// sizes): with it, more than 2048 assignments run on one block per 1024 of them (three launches:
+// chunk counts, a scan, the scatter) instead of one block walking them all; same outputs.
 void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignments, int num_experts,
                        std::int32_t* expert_offsets, std::int32_t* sorted_ids,
                        std::int32_t* permuted_row, StreamHandle stream, int top_k = 0,
-                       std::int32_t* sorted_tokens = nullptr);
+                       std::int32_t* sorted_tokens = nullptr, void* scratch = nullptr);
+std::size_t permute_scratch_bytes(std::int64_t num_assignments, int num_experts);
 
 // out[r, :] = src[sorted_ids[r] / top_k, :] for r < *num_rows (row_bytes % 16 == 0).
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,

@@ -24,7 +24,8 @@ char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.dat
 // the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
 // (detail::round_input_rows).
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, a_rounded, out2, total;
+  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, out2,
+      total;
 };
 Layout13 layout13(const MoeProblem& problem) {
   const int e = problem.layer.num_experts;
@@ -37,6 +38,7 @@ Layout13 layout13(const MoeProblem& problem) {
   l.sorted_ids = p, p += up(r * 4);
   l.permuted_row = p, p += up(r * 4);
   l.sorted_tokens = p, p += up(r * 4);
+  l.permute_scratch = p, p += up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a_rounded = p, p += problem.apply_router_weight_on_input() ? up(m * hh * 2) : 0;
   l.out2 = p, p += up(r * hh * 2);
   l.total = p;
@@ -192,7 +194,7 @@ class W4A16Experts : public ModularExperts {
     auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
     auto* tokens = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens));
     detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream, k, tokens);
+                              prow, stream, k, tokens, at(workspace13, l.permute_scratch));
     // GEMM1 gathers its A rows itself (row_index = the token of each sorted row).
     const void* a_src =
         f32_in ? detail::round_input_rows(in.a1q.values, m, h, at(workspace13, l.a_rounded), stream)

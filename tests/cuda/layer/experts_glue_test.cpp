@@ -2,7 +2,8 @@
 // host computation on random inputs (seed logged):
 //   - permute_by_expert: offsets, sorted ids (ascending inside each expert), permuted rows (-1 for
 //     ids outside [0, E)), and the optional sorted_tokens (= sorted_ids / k, GEMM1's row_index);
-//     adversarial routings: every assignment to one expert, empty experts, invalid ids, M = 1.
+//     adversarial routings: every assignment to one expert, empty experts, invalid ids, M = 1;
+//     the one-block and the multi-block path (with scratch, > 2048 assignments).
 //   - weighted_reduce_bf16: out[t] = sum over slots j in order of RN(w[t,j] * row) (separate
 //     multiply and add), rows with permuted_row -1 skipped, weights null = 1; top_k not a
 //     multiple of the kernel's unroll, H not a multiple of its CTA width; M = 0 writes nothing;
@@ -44,8 +45,10 @@ std::vector<T> download(const Tensor& d) {
   return v;
 }
 
-void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std::string& what) {
-  SCOPED_TRACE(what);
+// scratch: also run the multi-block path (permute_scratch_bytes; > 2048 assignments).
+void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std::string& what,
+                   bool scratch = false) {
+  SCOPED_TRACE(what + (scratch ? " (multi-block)" : ""));
   const auto n = static_cast<std::int64_t>(ids.size());
   // Host: counting sort, stable in the assignment index.
   std::vector<std::int32_t> off(static_cast<std::size_t>(e) + 1, 0), sorted, prow(ids.size(), -1);
@@ -66,11 +69,15 @@ void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std
   Tensor d_sorted(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
   Tensor d_prow(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
   Tensor d_tok(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
-  for (const Tensor* t : {&d_off, &d_sorted, &d_prow, &d_tok})
+  const std::size_t scratch_bytes = scratch ? cuda::detail::permute_scratch_bytes(n, e) : 0;
+  Tensor d_scratch(DType::kU8, Shape{static_cast<std::int64_t>(std::max<std::size_t>(scratch_bytes, 1))},
+                   Device::cuda(0));
+  for (const Tensor* t : {&d_off, &d_sorted, &d_prow, &d_tok, &d_scratch})
     ASSERT_EQ(cudaMemset(t->data(), 0xA5, t->nbytes()), cudaSuccess);
   cuda::detail::permute_by_expert(d_ids.ptr<const std::int32_t>(), n, e, d_off.ptr<std::int32_t>(),
                                   d_sorted.ptr<std::int32_t>(), d_prow.ptr<std::int32_t>(), nullptr,
-                                  k, d_tok.ptr<std::int32_t>());
+                                  k, d_tok.ptr<std::int32_t>(),
+                                  scratch_bytes > 0 ? d_scratch.data() : nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(download<std::int32_t>(d_off), off);
   const auto got_sorted = download<std::int32_t>(d_sorted);
@@ -90,16 +97,22 @@ TEST(ExpertsGlueCuda, PermuteByExpertWithSortedTokens) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
+  // Sizes from one assignment to the multi-block path (> 2048 assignments: 4500 x 8 = 36 blocks,
+  // 400 x 7 = 3 blocks with a partial last one; 512 experts = kMaxPermuteExperts).
   for (const auto& [m, e, k] : {std::tuple{1, 256, 8}, std::tuple{3, 8, 2}, std::tuple{129, 128, 8},
-                                std::tuple{700, 64, 6}, std::tuple{2, 16, 1}}) {
+                                std::tuple{700, 64, 6}, std::tuple{2, 16, 1}, std::tuple{4500, 256, 8},
+                                std::tuple{400, 512, 7}}) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(m * k));
     std::uniform_int_distribution<int> pick(0, e - 1);
     for (auto& x : ids) x = pick(rng);
-    check_permute(ids, e, k, "random m=" + std::to_string(m) + " e=" + std::to_string(e));
-    std::vector<std::int32_t> one(ids.size(), e / 2);  // every assignment to one expert
-    check_permute(one, e, k, "one expert");
-    for (std::size_t i = 0; i < ids.size(); i += 3) ids[i] = i % 2 ? -1 : e + 5;  // invalid ids
-    check_permute(ids, e, k, "invalid ids");
+    for (const bool scratch : {false, true}) {
+      check_permute(ids, e, k, "random m=" + std::to_string(m) + " e=" + std::to_string(e), scratch);
+      std::vector<std::int32_t> one(ids.size(), e / 2);  // every assignment to one expert
+      check_permute(one, e, k, "one expert", scratch);
+      std::vector<std::int32_t> bad = ids;
+      for (std::size_t i = 0; i < bad.size(); i += 3) bad[i] = i % 2 ? -1 : e + 5;  // invalid ids
+      check_permute(bad, e, k, "invalid ids", scratch);
+    }
   }
 }
 
