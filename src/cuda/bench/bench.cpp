@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "core/device_runtime.hpp"
 #include "cuda/bench/bench_cublas.hpp"
@@ -220,23 +221,30 @@ void run_bench(const BenchOptions& o) {
       const double flops = 2.0 * static_cast<double>(r) * 3.0 * static_cast<double>(h) * static_cast<double>(i);
 
       // Baseline: cuBLAS per expert over the permuted rows (the permutation itself is not timed).
-      Stats base{};
+      // Run once here for its output; timed with each scheme's row, in alternating replays.
       Tensor base_out = device_tensor(DType::kBF16, Shape{m, h});
+      struct BaselineBuffers {
+        Tensor d_off, sorted, prow, a, h1, act, out;
+      } bl;
+      auto run_base = [&] {
+        baseline.run(off, bl.d_off.ptr<std::int32_t>(), h, i, bl.a.data(), wb.w13.values.data(),
+                     wb.w2.values.data(), bl.h1.data(), bl.act.data(), bl.out.data(), s);
+      };
       if (o.baseline) {
-        Tensor d_off = device_tensor(DType::kI32, Shape{e + 1});
-        Tensor sorted = device_tensor(DType::kI32, Shape{r}), prow = device_tensor(DType::kI32, Shape{r});
-        Tensor a = device_tensor(DType::kBF16, Shape{r, h}), h1 = device_tensor(DType::kBF16, Shape{r, 2 * i});
-        Tensor act = device_tensor(DType::kBF16, Shape{r, i}), out = device_tensor(DType::kBF16, Shape{r, h});
-        cuda::detail::permute_by_expert(d_ids.ptr<std::int32_t>(), r, e, d_off.ptr<std::int32_t>(),
-                                        sorted.ptr<std::int32_t>(), prow.ptr<std::int32_t>(), s);
-        cuda::detail::gather_rows(x.data(), h * 2, sorted.ptr<std::int32_t>(), k, r,
-                                  d_off.ptr<std::int32_t>() + e, a.data(), s);
-        base = timer.time([&] {
-          baseline.run(off, d_off.ptr<std::int32_t>(), h, i, a.data(), wb.w13.values.data(),
-                       wb.w2.values.data(), h1.data(), act.data(), out.data(), s);
-        });
-        cuda::detail::weighted_reduce_bf16(out.data(), prow.ptr<std::int32_t>(), d_w.ptr<float>(), m, k,
-                                           h, base_out.data(), s);
+        bl.d_off = device_tensor(DType::kI32, Shape{e + 1});
+        bl.sorted = device_tensor(DType::kI32, Shape{r});
+        bl.prow = device_tensor(DType::kI32, Shape{r});
+        bl.a = device_tensor(DType::kBF16, Shape{r, h});
+        bl.h1 = device_tensor(DType::kBF16, Shape{r, 2 * i});
+        bl.act = device_tensor(DType::kBF16, Shape{r, i});
+        bl.out = device_tensor(DType::kBF16, Shape{r, h});
+        cuda::detail::permute_by_expert(d_ids.ptr<std::int32_t>(), r, e, bl.d_off.ptr<std::int32_t>(),
+                                        bl.sorted.ptr<std::int32_t>(), bl.prow.ptr<std::int32_t>(), s);
+        cuda::detail::gather_rows(x.data(), h * 2, bl.sorted.ptr<std::int32_t>(), k, r,
+                                  bl.d_off.ptr<std::int32_t>() + e, bl.a.data(), s);
+        run_base();
+        cuda::detail::weighted_reduce_bf16(bl.out.data(), bl.prow.ptr<std::int32_t>(),
+                                           d_w.ptr<float>(), m, k, h, base_out.data(), s);
         MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s));
       }
 
@@ -294,11 +302,16 @@ void run_bench(const BenchOptions& o) {
         } else {
           in.a1q.values = x.view();
         }
-        const Stats st = timer.time([&] {
+        auto run_layer = [&] {
           if (fp8) quantize_rows_fp8_1x128(x.data(), m, h, xq.data(), xs.ptr<float>(), s);
           if (scaled_input) cuda::scale_rows_by_weight(x.view(), d_w.view(), xw.view(), s);
           pr->experts->apply(in, pr->out.view(), pr->ws13.view(), pr->ws2.view(), s);
-        });
+        };
+        Stats st{}, base{};
+        if (o.baseline)
+          std::tie(base, st) = timer.time_pair(run_base, run_layer);
+        else
+          st = timer.time(run_layer);
         const double t = st.median_us * 1e-6;
         const double wbytes = static_cast<double>(distinct) * 3.0 * h * i * sch.weight_bytes;
         const double peak = sch.fp8_peak ? c.fp8_tflops : c.bf16_tflops;
@@ -335,7 +348,8 @@ void run_bench(const BenchOptions& o) {
                 {"clocks", env_or("MOEKIT_BENCH_CLOCKS", "not recorded")},
                 {"method", "CUDA graph replays, L2 flushed (512 MiB read) before each, median of "
                            "reps; uniform random top-k routing; cuBLAS bf16 per-expert baseline "
-                           "over pre-permuted rows (SiLU-and-mul, no biases: rel_diff only where "
+                           "timed with each row in alternating replays (same power / thermal "
+                           "state), over pre-permuted rows (SiLU-and-mul, no biases: rel_diff only where "
                            "the layer computes the same function); moekit time includes permute, "
                            "gather, (fp8: 1x128 activation quantize; llama4 bf16 activations: x * w "
                            "in f32 and its bf16 rounding,) GEMM1, activation, GEMM2, weighted "

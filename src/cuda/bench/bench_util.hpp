@@ -60,33 +60,68 @@ class GraphTimer {
   }
   template <typename Enqueue>
   Stats time(Enqueue&& enqueue) {
+    cudaGraphExec_t exec = capture(enqueue);
+    std::vector<float> t;
+    for (int i = 0; i < reps_ + 2; ++i) {
+      const float us = replay_us(exec);
+      if (i >= 2) t.push_back(us);  // two warm-up replays
+    }
+    cudaGraphExecDestroy(exec);
+    return stats(t);
+  }
+
+  // Two workloads timed in alternating replays (A B, B A, A B, ...), so both see the same power
+  // and thermal state of the GPU (a compute-bound layer's time moves with it by up to ~10%: the
+  // one timed right after another heavy one runs at lower clocks). Returns {A, B}.
+  template <typename EnqueueA, typename EnqueueB>
+  std::pair<Stats, Stats> time_pair(EnqueueA&& a, EnqueueB&& b) {
+    cudaGraphExec_t ea = capture(a), eb = capture(b);
+    std::vector<float> ta, tb;
+    for (int i = 0; i < reps_ + 2; ++i) {
+      const bool a_first = i % 2 == 0;
+      const float first = replay_us(a_first ? ea : eb), second = replay_us(a_first ? eb : ea);
+      if (i < 2) continue;  // two warm-up rounds
+      ta.push_back(a_first ? first : second);
+      tb.push_back(a_first ? second : first);
+    }
+    cudaGraphExecDestroy(ea);
+    cudaGraphExecDestroy(eb);
+    return {stats(ta), stats(tb)};
+  }
+
+ private:
+  // One eager run (one-time attribute setting and lazy loading stay out of the capture), then
+  // the capture of a second one.
+  template <typename Enqueue>
+  cudaGraphExec_t capture(Enqueue&& enqueue) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    enqueue();  // eager warm-up: one-time attribute setting and lazy loading stay out of capture
+    enqueue();
     MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s_));
     MOEKIT_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
     enqueue();
     MOEKIT_CUDA_CHECK(cudaStreamEndCapture(s_, &graph));
     MOEKIT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<float> t;
-    for (int i = 0; i < reps_ + 2; ++i) {
-      flush_l2(flush_, flush_bytes_, sink_, s_);
-      MOEKIT_CUDA_CHECK(cudaEventRecord(a_, s_));
-      MOEKIT_CUDA_CHECK(cudaGraphLaunch(exec, s_));
-      MOEKIT_CUDA_CHECK(cudaEventRecord(b_, s_));
-      MOEKIT_CUDA_CHECK(cudaEventSynchronize(b_));
-      float ms = 0;
-      MOEKIT_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
-      if (i >= 2) t.push_back(ms * 1000.0f);  // two warm-up replays
-    }
-    cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+    return exec;
+  }
+  // One replay after an L2 flush (not timed), in microseconds.
+  float replay_us(cudaGraphExec_t exec) {
+    flush_l2(flush_, flush_bytes_, sink_, s_);
+    MOEKIT_CUDA_CHECK(cudaEventRecord(a_, s_));
+    MOEKIT_CUDA_CHECK(cudaGraphLaunch(exec, s_));
+    MOEKIT_CUDA_CHECK(cudaEventRecord(b_, s_));
+    MOEKIT_CUDA_CHECK(cudaEventSynchronize(b_));
+    float ms = 0;
+    MOEKIT_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
+    return ms * 1000.0f;
+  }
+  static Stats stats(std::vector<float>& t) {
     std::sort(t.begin(), t.end());
     auto q = [&](double f) { return static_cast<double>(t[static_cast<std::size_t>(f * (t.size() - 1))]); };
     return {q(0.5), q(0.1), q(0.9)};
   }
 
- private:
   cudaStream_t s_;
   int reps_;
   void* flush_ = nullptr;
