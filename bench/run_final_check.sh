@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# The session's closing device call (binaries prebuilt into .devbin-final/): scripts/gpu_check.sh
-# (every gpu test, compute-sanitizer subsets, the kernel benchmark), the default `moekit run` on
-# the GPU, and (argument "layer") the layer benchmark of bf16 and nvfp4 at decode sizes on four
-# presets plus an ncu per-kernel breakdown of one W4A16 apply() (gpt-oss-120b, M = 1).
+# The session's closing device call (binaries prebuilt into .devbin-final/, or packed as
+# .devbin-finalz/bins.tar.xz to stay under the carry limit): scripts/gpu_check.sh (every gpu
+# test, compute-sanitizer subsets, the kernel benchmark), the default `moekit run` on the GPU, and
+# (argument "layer") the layer benchmark of every scheme on four presets at 1..4096 tokens with
+# the cuBLAS baseline, the SM clock and power sampled by nvidia-smi alongside.
 # Everything under $OUT/check travels back as one archive; the layer JSON separately.
-#   bash bench/run_final_check.sh [layer]
+#   bash bench/run_final_check.sh [layer | layer-only]   (layer-only: the layer benchmark alone)
 set -u
 B=.devbin-final
+if [ -f .devbin-finalz/bins.tar.xz ]; then mkdir -p $B && tar xJf .devbin-finalz/bins.tar.xz -C $B; fi
 export MOEKIT_COMMIT=$(cat $B/commit)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 C=$OUT/check; mkdir -p "$C"
-timeout 330 bash scripts/gpu_check.sh "$C" --bin $B; echo "gpu_check rc=$?"
-timeout 30 $B/moekit run > "$C/run_default.log" 2>&1; echo "moekit run rc=$?"; grep -iE "backend|relative|pass" "$C/run_default.log" | head -5
-if [ "${1:-}" = layer ]; then
-  timeout 240 $B/moekit bench --preset deepseek-v3,qwen3-235b-a22b,gpt-oss-120b,mixtral-8x7b \
-    --quant bf16,nvfp4 --tokens 1,8,64 --reps 30 --json "$OUT/layer_final.json" > "$C/layer.log" 2>&1
-  echo "layer bench rc=$?"; grep -E "^(deepseek|qwen3|gpt-oss|mixtral)" "$C/layer.log"
-  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    --kernel-name regex:'permute|decode|weighted|w4a16' --launch-count 12 \
-    $B/moekit bench --preset gpt-oss-120b --quant nvfp4 --tokens 1 --reps 1 --no-baseline \
-    > "$C/ncu_gptoss_m1.csv" 2>&1; echo "ncu rc=$?"
-  grep -E "gpu__time_duration" "$C/ncu_gptoss_m1.csv" | awk -F'","' '{print $5" | "$NF}' | cut -c1-160 | head -12
+if [ "${1:-}" != layer-only ]; then
+  timeout 330 bash scripts/gpu_check.sh "$C" --bin $B; echo "gpu_check rc=$?"
+  timeout 30 $B/moekit run > "$C/run_default.log" 2>&1; echo "moekit run rc=$?"
+  grep -iE "backend|relative|pass" "$C/run_default.log" | head -5
+fi
+if [ "${1:-}" = layer ] || [ "${1:-}" = layer-only ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 250 \
+    > "$C/smi_during_layer.csv" 2>&1 &
+  SMI=$!
+  timeout 420 $B/moekit bench --preset deepseek-v3,qwen3-235b-a22b,gpt-oss-120b,mixtral-8x7b \
+    --quant bf16,fp8_block,nvfp4,mxfp4 --tokens 1,8,64,512,4096 --reps 20 \
+    --json "$OUT/layer_final.json" > "$C/layer.log" 2>&1
+  echo "layer bench rc=$?"; kill $SMI 2>/dev/null
+  grep -E "^(deepseek|qwen3|gpt-oss|mixtral)" "$C/layer.log" | awk '{print $1, $2, $3, $5, $10, $11, $12}'
 fi
 (cd "$OUT" && tar czf check.tgz check && rm -rf check)
