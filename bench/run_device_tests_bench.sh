@@ -2,7 +2,8 @@
 # One device call: a GPU test subset, compute-sanitizer memcheck / racecheck on a smaller subset,
 # then `moekit bench` runs, all from prebuilt binaries (.devbin-abz/bins.tar.xz: moekit_new,
 # moekit_gpu_tests, optionally moekit_old). Each bench argument is one quoted argument list for
-# `moekit bench`; prefixed with "old:" it runs moekit_old (an in-run A/B against the old build).
+# `moekit bench`; prefixed with "old:" it runs moekit_old (an in-run A/B against the old build);
+# a leading VAR=value word is set in the environment of that run.
 #   TESTS=<gtest filter> SAN=<gtest filter> bash bench/run_device_tests_bench.sh "<args>" ...
 # A step starts only while less than BUDGET (default 540) seconds have passed.
 set -u
@@ -30,8 +31,11 @@ for args in "$@"; do
   [ "$(left)" -gt 45 ] || { step "skip bench $n (budget)"; continue; }
   bin=$B/moekit_new
   case "$args" in old:*) bin=$B/moekit_old; args=${args#old:} ;; esac
+  envs=""
+  first=${args%% *}
+  case "$first" in -*) ;; *=*) envs=$first; args=${args#* } ;; esac
   # shellcheck disable=SC2086
-  timeout "$(left)" $bin bench $args --json "$OUT/bench_$n.json" >"$OUT/bench_$n.log" 2>&1
-  step "bench $n rc=$?: $(basename $bin) $args"
+  env $envs timeout "$(left)" $bin bench $args --json "$OUT/bench_$n.json" >"$OUT/bench_$n.log" 2>&1
+  step "bench $n rc=$?: $envs $(basename $bin) $args"
   grep -E "^(deepseek|qwen3|gpt-oss|mixtral|kimi|llama4)" "$OUT/bench_$n.log" | awk '{print $1, $2, $3, $5, $10, $11, $12}'
 done
