@@ -5,6 +5,8 @@
 //                             g' * sigmoid(alpha * g') * (u' + 1)   (gpt-oss)
 // __expf: fast exponential (max 2 ulp + the argument's rounding); the reference is float64
 // (activation.hpp), the GPU layers' bounds cover it (tests/cuda/layer/cuda_layer_test.cpp).
+// The clamps are fminf / fmaxf, like the reference's std::fmin / std::fmax: a NaN gate or up
+// becomes the bound it is clamped to.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -253,8 +253,10 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   // The decode config (bf16, few rows) gathers GEMM1's rows itself (row_index) and runs the
   // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
   // CUTLASS configs take gathered rows and the activation kernel between the GEMMs.
-  const bool decode =
-      gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) == gemm::GroupedGemmConfig::kDecode;
+  // (fp8 has no decode kernel: a forced decode config fails in grouped_gemm, naming the config,
+  // before anything reads the bf16-only sorted_tokens region.)
+  const bool decode = !fp8 && gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) ==
+                                  gemm::GroupedGemmConfig::kDecode;
   auto* tokens = decode ? reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens)) : nullptr;
   detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
                             stream, k, tokens, at(workspace13, l.permute_scratch));
@@ -295,10 +297,12 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
   g1.stream = stream;
   g1.config = st.config;
-  // PDL (the decode config; the others ignore it): GEMM1's previous kernel is the row gather (or,
-  // decode, the input rounding of f32 inputs), GEMM2's the activation (decode: GEMM1); none writes
-  // the offsets or the weights. Right after the permute (decode, bf16 inputs) GEMM1 must wait.
-  g1.overlap_previous = !decode || f32_in;
+  // PDL (the decode config; the others ignore it): GEMM1's previous kernel is the row gather or,
+  // decode, the rounding of f32 input rows (a kernel only when the input is f32); GEMM2's is the
+  // activation (decode: GEMM1). None of those writes the offsets or the weights. Right after the
+  // permutation, which writes the offsets, GEMM1 must not overlap.
+  const bool rounded = a_src != in.a1q.values.data;
+  g1.overlap_previous = !decode || rounded;
   gemm::grouped_gemm(type_, g1);
 
   if (!decode) {

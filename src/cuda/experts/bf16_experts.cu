@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/runtime/cuda_check.hpp"
@@ -189,6 +192,19 @@ __global__ void __launch_bounds__(kChunkThreads)
 // The multi-block path from this many chunks on (fewer: one block walks them).
 constexpr std::int64_t kMultiBlockMinChunks = 3;
 
+// The kernels' dynamic shared-memory limit (a per-device attribute), set once per (kernel,
+// device) on first use.
+void allow_dynamic_smem(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int dev = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({kernel, dev}).second) return;
+  MOEKIT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
 std::int64_t permute_chunks(std::int64_t num_assignments) {
   return (num_assignments + kChunkThreads - 1) / kChunkThreads;
 }
@@ -292,13 +308,8 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
     const unsigned blocks = static_cast<unsigned>(chunks);
     const std::size_t hist = static_cast<std::size_t>(num_experts) * sizeof(int);
     const std::size_t scatter_smem = hist * (kChunkThreads / 32 + 1);
-    static const bool attr_set = [] {
-      MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
-          permute_scatter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(kMaxPermuteExperts * (kChunkThreads / 32 + 1) * sizeof(int))));
-      return true;
-    }();
-    (void)attr_set;
+    allow_dynamic_smem(reinterpret_cast<const void*>(permute_scatter_kernel),
+                       static_cast<int>(kMaxPermuteExperts * (kChunkThreads / 32 + 1) * sizeof(int)));
     permute_count_kernel<<<blocks, kChunkThreads, hist, st>>>(
         topk_ids, static_cast<int>(num_assignments), num_experts, counts);
     MOEKIT_CUDA_CHECK_LAUNCH();
@@ -315,13 +326,8 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
     constexpr int kThreads = decltype(threads_tag)::value;
     constexpr int kWarps = kThreads / 32;
     const std::size_t smem = static_cast<std::size_t>(num_experts) * (kWarps + 2) * sizeof(int);
-    static const bool attr_set = [] {
-      MOEKIT_CUDA_CHECK(cudaFuncSetAttribute(
-          permute_kernel<kThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(kMaxPermuteExperts * (kWarps + 2) * sizeof(int))));
-      return true;
-    }();
-    (void)attr_set;
+    allow_dynamic_smem(reinterpret_cast<const void*>(permute_kernel<kThreads>),
+                       static_cast<int>(kMaxPermuteExperts * (kWarps + 2) * sizeof(int)));
     permute_kernel<kThreads><<<1, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
         topk_ids, static_cast<int>(num_assignments), num_experts, expert_offsets, sorted_ids,
         permuted_row, top_k, sorted_tokens);

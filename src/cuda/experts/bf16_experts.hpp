@@ -59,7 +59,8 @@ Support sm90_device_support();
 constexpr int kMaxPermuteExperts = 512;
 
 // topk_ids [M, k] i32 (device) -> expert_offsets [E+1], sorted_ids [>= M*k] (rows < offsets[E]
-// written), permuted_row [M, k] (-1 for ids outside [0, E)). One block; deterministic.
+// written), permuted_row [M, k] (-1 for ids outside [0, E)). One block, or with scratch one block
+// per 1024 assignments (below); deterministic either way (the same outputs).
 // sorted_tokens (optional, [>= M*k]): also the token sorted_ids[r] / top_k of each row (a GEMM's
 // row_index: the gather fused into its A loads).
 // scratch (optional, device, permute_scratch_bytes(num_assignments, E) bytes; 0 for small

@@ -2,6 +2,7 @@
 // (sm90_{bf16,fp8_block}_grouped_gemm_*_cutlass.cu, one TU per kernel config). Without the
 // CUTLASS headers the kernels are not compiled and every entry point says so.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -173,6 +174,19 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    a.k);
   MOEKIT_CHECK_ARG(a.max_rows >= 0 && a.max_rows <= INT32_MAX, "max_rows", "in [0, 2^31)",
                    a.max_rows);
+  if (a.gated != nullptr) {
+    MOEKIT_CHECK_ARG(a.n % 16 == 0, "n", "a multiple of 16 (gated: gate | up halves of I % 8)",
+                     a.n);
+    MOEKIT_CHECK_ARG(
+        a.gated->kind == Activation::kSiluAndMul || a.gated->kind == Activation::kSwigluOai,
+        "gated.kind", "silu or swiglu_oai", activation_name(a.gated->kind));
+    if (a.gated->kind == Activation::kSwigluOai) {
+      MOEKIT_CHECK_ARG(std::isfinite(a.gated->swiglu_alpha), "gated.swiglu_alpha", "finite",
+                       a.gated->swiglu_alpha);
+      MOEKIT_CHECK_ARG(std::isfinite(a.gated->swiglu_limit) && a.gated->swiglu_limit > 0.0f,
+                       "gated.swiglu_limit", "finite and > 0", a.gated->swiglu_limit);
+    }
+  }
   const std::int64_t out_cols = a.gated != nullptr ? a.n / 2 : a.n;
   if (a.lda == 0) a.lda = a.k;
   if (a.ldd == 0) a.ldd = out_cols;
@@ -182,13 +196,6 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    a.gated != nullptr ? ">= n / 2 (gated) and a multiple of 8"
                                       : ">= n and a multiple of 8",
                    a.ldd);
-  if (a.gated != nullptr) {
-    MOEKIT_CHECK_ARG(a.n % 16 == 0, "n", "a multiple of 16 (gated: gate | up halves of I % 8)",
-                     a.n);
-    MOEKIT_CHECK_ARG(
-        a.gated->kind == Activation::kSiluAndMul || a.gated->kind == Activation::kSwigluOai,
-        "gated.kind", "silu or swiglu_oai", activation_name(a.gated->kind));
-  }
   MOEKIT_CHECK_ARG(a.expert_offsets != nullptr, "expert_offsets", "a device pointer", "null");
   MOEKIT_CHECK_ARG(a.a != nullptr && aligned16(a.a), "a", "a 16-byte aligned device pointer", a.a);
   MOEKIT_CHECK_ARG(a.b != nullptr && aligned16(a.b), "b", "a 16-byte aligned device pointer", a.b);

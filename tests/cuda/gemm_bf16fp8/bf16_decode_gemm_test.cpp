@@ -327,113 +327,145 @@ TEST_F(Bf16DecodeGemm, Fp8RefusesDecodeNamingTheConfig) {
 
 // The decode config's fused GEMM1 (GroupedGemmArgs::row_index + gated): rows gathered from the
 // unpermuted token matrix through row_index, gate | up halves (N = 2I) with a per-expert bias,
-// SiLU-and-mul and SwiGLU-OAI in the epilogue, D [R, I]. K = 200 has a K tail, the experts
-// include empty ones. Against float64: rel L2 < 5e-3 (bf16 output rounding ~1.1e-3 RMS, fp32
-// sums, __expf); rows past offsets[E] keep their poison; repeated and PDL launches give the
-// same bits.
+// SiLU-and-mul and SwiGLU-OAI in the epilogue, D [R, I]. Shape 1: six experts with empty ones,
+// K = 200 (a K tail), <= 8 rows per expert (the 8-token kernel). Shape 2: two experts of 17 / 23
+// rows (the 16-token kernel) and K = 1024, so that the few units take the cluster split-K.
+// Against float64: rel L2 < 5e-3 (bf16 output rounding ~1.1e-3 RMS, fp32 sums, __expf); rows past
+// offsets[E] keep their poison; repeated and PDL launches give the same bits.
 TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  const std::vector<int> counts{3, 0, 5, 1, 0, 2};
-  const int E = static_cast<int>(counts.size()), I = 72, N = 2 * I, K = 200, tokens = 6;
-  const auto off = offsets_of(counts);
-  const int used = off[E], rows = used + 3;
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<std::uint16_t> x_bits(static_cast<std::size_t>(tokens) * K), w_bits(static_cast<std::size_t>(E) * N * K);
-  std::vector<float> x(x_bits.size()), w(w_bits.size()), bias(static_cast<std::size_t>(E) * N);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(x_bits[i] = float_to_bf16(dist(rng) * 2.0f));
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(w_bits[i] = float_to_bf16(dist(rng) * 0.1f));
-  for (auto& b : bias) b = dist(rng);
-  std::vector<std::int32_t> row_index(static_cast<std::size_t>(rows));
-  for (auto& r : row_index) r = static_cast<std::int32_t>(rng() % tokens);
-  DeviceArray<std::uint16_t> d_x(x_bits), d_w(w_bits);
-  DeviceArray<float> d_bias(bias);
-  DeviceArray<std::int32_t> d_off(off), d_ri(row_index);
-  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
-  DeviceArray<std::uint8_t> d_ws(ws);
-  for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
-    SCOPED_TRACE(std::string(activation_name(kind)));
-    gemm::GatedActivationArgs act;
-    act.kind = kind;
-    act.swiglu_alpha = 1.702f;
-    act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
-    act.bias = d_bias.get();
-    std::vector<double> ref, got;
-    for (int e = 0; e < E; ++e)
-      for (int r = off[e]; r < off[e + 1]; ++r)
-        for (int c = 0; c < I; ++c) {
-          double g = bias[static_cast<std::size_t>(e) * N + c], u = bias[static_cast<std::size_t>(e) * N + I + c];
-          const float* xr = x.data() + static_cast<std::size_t>(row_index[static_cast<std::size_t>(r)]) * K;
-          const float* wg = w.data() + (static_cast<std::size_t>(e) * N + c) * K;
-          const float* wu = w.data() + (static_cast<std::size_t>(e) * N + I + c) * K;
-          for (int q = 0; q < K; ++q) {
-            g += static_cast<double>(xr[q]) * wg[q];
-            u += static_cast<double>(xr[q]) * wu[q];
+  struct GatedShape {
+    std::vector<int> counts;
+    int inter, k, tokens;
+  };
+  for (const GatedShape& shape : {GatedShape{{3, 0, 5, 1, 0, 2}, 72, 200, 6},
+                                  GatedShape{{17, 23}, 72, 1024, 29}}) {
+    const std::vector<int>& counts = shape.counts;
+    const int E = static_cast<int>(counts.size()), I = shape.inter, N = 2 * I, K = shape.k,
+              tokens = shape.tokens;
+    SCOPED_TRACE("E " + std::to_string(E) + " K " + std::to_string(K));
+    const auto off = offsets_of(counts);
+    const int used = off[E], rows = used + 3;
+    std::mt19937_64 rng(seed + static_cast<std::uint64_t>(K));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<std::uint16_t> x_bits(static_cast<std::size_t>(tokens) * K),
+        w_bits(static_cast<std::size_t>(E) * N * K);
+    std::vector<float> x(x_bits.size()), w(w_bits.size()), bias(static_cast<std::size_t>(E) * N);
+    const float w_scale = 2.0f / std::sqrt(static_cast<float>(K));  // keeps h ~ N(0, 4)
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(x_bits[i] = float_to_bf16(dist(rng)));
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = bf16_to_float(w_bits[i] = float_to_bf16(dist(rng) * w_scale));
+    for (auto& b : bias) b = dist(rng);
+    std::vector<std::int32_t> row_index(static_cast<std::size_t>(rows));
+    for (auto& r : row_index) r = static_cast<std::int32_t>(rng() % tokens);
+    DeviceArray<std::uint16_t> d_x(x_bits), d_w(w_bits);
+    DeviceArray<float> d_bias(bias);
+    DeviceArray<std::int32_t> d_off(off), d_ri(row_index);
+    const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
+    DeviceArray<std::uint8_t> d_ws(ws);
+    for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
+      SCOPED_TRACE(std::string(activation_name(kind)));
+      gemm::GatedActivationArgs act;
+      act.kind = kind;
+      act.swiglu_alpha = 1.702f;
+      act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
+      act.bias = d_bias.get();
+      std::vector<double> ref, got;
+      for (int e = 0; e < E; ++e)
+        for (int r = off[e]; r < off[e + 1]; ++r)
+          for (int c = 0; c < I; ++c) {
+            double g = bias[static_cast<std::size_t>(e) * N + c],
+                   u = bias[static_cast<std::size_t>(e) * N + I + c];
+            const float* xr =
+                x.data() + static_cast<std::size_t>(row_index[static_cast<std::size_t>(r)]) * K;
+            const float* wg = w.data() + (static_cast<std::size_t>(e) * N + c) * K;
+            const float* wu = w.data() + (static_cast<std::size_t>(e) * N + I + c) * K;
+            for (int q = 0; q < K; ++q) {
+              g += static_cast<double>(xr[q]) * wg[q];
+              u += static_cast<double>(xr[q]) * wu[q];
+            }
+            if (kind == Activation::kSiluAndMul) {
+              ref.push_back(g / (1.0 + std::exp(-g)) * u);
+            } else {
+              g = std::min(g, 1.5);
+              u = std::clamp(u, -1.5, 1.5);
+              ref.push_back(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
+            }
           }
-          if (kind == Activation::kSiluAndMul) {
-            ref.push_back(g / (1.0 + std::exp(-g)) * u);
-          } else {
-            g = std::min(g, 1.5);
-            u = std::clamp(u, -1.5, 1.5);
-            ref.push_back(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
-          }
+      std::vector<std::uint16_t> first;
+      for (const bool pdl : {false, false, true}) {
+        DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
+        MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
+        GroupedGemmArgs a;
+        a.num_experts = E, a.n = N, a.k = K, a.max_rows = rows;
+        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d.get();
+        a.row_index = d_ri.get();
+        a.gated = &act;
+        a.workspace = d_ws.get(), a.workspace_bytes = ws;
+        a.config = GroupedGemmConfig::kDecode;
+        a.overlap_previous = pdl;
+        gemm::grouped_gemm(GroupedGemmType::kBF16, a);
+        MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+        const auto bits = d.download();
+        if (first.empty()) {
+          first = bits;
+          for (std::size_t i = 0; i < ref.size(); ++i) got.push_back(bf16_to_float(bits[i]));
+          EXPECT_LT(rel_l2(got, ref), 5e-3);
+          int clobbered = 0;
+          for (std::size_t i = ref.size(); i < bits.size(); ++i) clobbered += bits[i] != kPoison;
+          EXPECT_EQ(clobbered, 0);
+        } else {
+          EXPECT_TRUE(bits == first) << (pdl ? "PDL launch" : "repeated run") << " differs";
         }
-    std::vector<std::uint16_t> first;
-    for (const bool pdl : {false, false, true}) {
-      DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
-      MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
-      GroupedGemmArgs a;
-      a.num_experts = E, a.n = N, a.k = K, a.max_rows = rows;
-      a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d.get();
-      a.row_index = d_ri.get();
-      a.gated = &act;
-      a.workspace = d_ws.get(), a.workspace_bytes = ws;
-      a.config = GroupedGemmConfig::kDecode;
-      a.overlap_previous = pdl;
-      gemm::grouped_gemm(GroupedGemmType::kBF16, a);
-      MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
-      const auto bits = d.download();
-      if (first.empty()) {
-        first = bits;
-        for (std::size_t i = 0; i < ref.size(); ++i) got.push_back(bf16_to_float(bits[i]));
-        EXPECT_LT(rel_l2(got, ref), 5e-3);
-        int clobbered = 0;
-        for (std::size_t i = ref.size(); i < bits.size(); ++i) clobbered += bits[i] != kPoison;
-        EXPECT_EQ(clobbered, 0);
-      } else {
-        EXPECT_TRUE(bits == first) << (pdl ? "PDL launch" : "repeated run") << " differs";
       }
     }
   }
 }
 
-TEST_F(Bf16DecodeGemm, RowIndexAndGatedOnlyWithTheDecodeConfig) {
+// row_index / gated: only with the decode config (an error naming the field and the config), and
+// the gated arguments themselves (N % 16, the kind, SwiGLU's limit) are validated, naming them.
+TEST_F(Bf16DecodeGemm, RowIndexAndGatedValidation) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::uint8_t> buf(1 << 20);
   DeviceArray<std::int32_t> off(std::vector<std::int32_t>{0, 4});
   const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, 1);
   DeviceArray<std::uint8_t> d_ws(ws);
-  gemm::GatedActivationArgs act;
-  for (const bool gated : {false, true}) {
-    GroupedGemmArgs a;
-    a.num_experts = 1, a.n = 128, a.k = 128, a.max_rows = 4;
-    a.expert_offsets = off.get(), a.a = buf.get(), a.b = buf.get(), a.d = buf.get();
-    a.workspace = d_ws.get(), a.workspace_bytes = ws;
-    a.config = GroupedGemmConfig::kNarrow;
-    if (gated)
-      a.gated = &act;
-    else
-      a.row_index = off.get();
+  auto expect_error = [&](const GroupedGemmArgs& a, const std::vector<std::string>& parts) {
     try {
       gemm::grouped_gemm(GroupedGemmType::kBF16, a);
-      ADD_FAILURE() << "no error";
+      ADD_FAILURE() << "no error for " << parts[0];
     } catch (const Error& e) {
-      EXPECT_THAT(e.what(), ::testing::HasSubstr(gated ? "gated: expected" : "row_index: expected"));
-      EXPECT_THAT(e.what(), ::testing::HasSubstr("narrow"));
+      for (const auto& p : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(p));
     }
-  }
+  };
+  GroupedGemmArgs base;
+  base.num_experts = 1, base.n = 128, base.k = 128, base.max_rows = 4;
+  base.expert_offsets = off.get(), base.a = buf.get(), base.b = buf.get(), base.d = buf.get();
+  base.workspace = d_ws.get(), base.workspace_bytes = ws;
+  gemm::GatedActivationArgs silu, gelu, bad_limit;
+  gelu.kind = Activation::kGeluErfAndMul;
+  bad_limit.kind = Activation::kSwigluOai;
+  bad_limit.swiglu_limit = 0.0f;
+
+  GroupedGemmArgs a = base;
+  a.config = GroupedGemmConfig::kNarrow;
+  a.row_index = off.get();
+  expect_error(a, {"row_index: expected", "narrow"});
+  a.row_index = nullptr;
+  a.gated = &silu;
+  expect_error(a, {"gated: expected", "narrow"});
+  a = base;
+  a.config = GroupedGemmConfig::kDecode;
+  a.gated = &silu;
+  a.n = 136;  // 2I with I = 68: not whole 8-column gate tiles
+  expect_error(a, {"n: expected", "multiple of 16"});
+  a.n = 128;
+  a.gated = &gelu;
+  expect_error(a, {"gated.kind: expected"});
+  a.gated = &bad_limit;
+  expect_error(a, {"gated.swiglu_limit: expected"});
 }
 
 }  // namespace

@@ -100,20 +100,19 @@ TEST(SiluAndMul, Fp8BlockQuantizesEachGroup) {
   EXPECT_EQ(clobbered, 0);
 }
 
-// SwiGLU-OAI (gpt-oss) with GEMM1's per-expert bias: rows sorted by expert (with empty experts
-// and one expert holding most rows), the bias row found from expert_offsets on the device; gate
-// and up spread over [-12, 12] so both clamps at limit 7 are exercised. bf16: rel L2 < 5e-3
-// against float64; fp8: the per-group checks of Fp8BlockQuantizesEachGroup.
+// SiLU-and-mul and SwiGLU-OAI (gpt-oss), each with and without GEMM1's per-expert bias: rows
+// sorted by expert (with empty experts and one expert holding most rows), the bias row found from
+// expert_offsets on the device; gate and up spread over [-12, 12] so both clamps at limit 7 are
+// exercised. bf16: rel L2 < 5e-3 against float64; fp8: the per-group checks of
+// Fp8BlockQuantizesEachGroup.
 double swiglu_oai(double g, double u, double alpha, double limit) {
   g = std::min(g, limit);
   u = std::clamp(u, -limit, limit);
   return g / (1.0 + std::exp(-alpha * g)) * (u + 1.0);
 }
 
-TEST(GatedActivation, SwigluOaiWithExpertBias) {
-  MOEKIT_REQUIRE_GPU();
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+void check_gated_activation(Activation kind, bool with_bias, std::uint64_t seed) {
+  SCOPED_TRACE(std::string(activation_name(kind)) + (with_bias ? " + bias" : ""));
   const std::vector<int> counts{3, 0, 29, 0, 0, 1, 8};
   const int E = static_cast<int>(counts.size()), inter = 256, kb = inter / 128;
   const auto off = offsets_of(counts);
@@ -132,18 +131,20 @@ TEST(GatedActivation, SwigluOaiWithExpertBias) {
       for (int c = 0; c < inter; ++c) {
         const std::size_t row = static_cast<std::size_t>(r) * 2 * inter;
         const float* b = bias.data() + static_cast<std::size_t>(e) * 2 * inter;
-        const double g = bf16_to_float(in[row + c]) + static_cast<double>(b[c]);
-        const double u = bf16_to_float(in[row + inter + c]) + static_cast<double>(b[inter + c]);
-        y[static_cast<std::size_t>(r) * inter + c] = swiglu_oai(g, u, alpha, limit);
+        const double g = bf16_to_float(in[row + c]) + (with_bias ? static_cast<double>(b[c]) : 0.0);
+        const double u =
+            bf16_to_float(in[row + inter + c]) + (with_bias ? static_cast<double>(b[inter + c]) : 0.0);
+        y[static_cast<std::size_t>(r) * inter + c] =
+            kind == Activation::kSwigluOai ? swiglu_oai(g, u, alpha, limit) : silu(g) * u;
       }
   DeviceArray<std::uint16_t> d_in(in), d_out(static_cast<std::size_t>(rows) * inter);
   DeviceArray<float> d_bias(bias);
   DeviceArray<std::int32_t> d_off(off);
   gemm::GatedActivationArgs act;
-  act.kind = Activation::kSwigluOai;
+  act.kind = kind;
   act.swiglu_alpha = alpha;
   act.swiglu_limit = limit;
-  act.bias = d_bias.get();
+  act.bias = with_bias ? d_bias.get() : nullptr;
   act.expert_offsets = d_off.get();
   act.num_experts = E;
 
@@ -189,6 +190,15 @@ TEST(GatedActivation, SwigluOaiWithExpertBias) {
   for (std::size_t i = static_cast<std::size_t>(used) * inter; i < q.size(); ++i)
     clobbered += q[i] != 0x7f;
   EXPECT_EQ(clobbered, 0);
+}
+
+
+TEST(GatedActivation, EveryKindWithAndWithoutExpertBias) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai})
+    for (const bool with_bias : {false, true}) check_gated_activation(kind, with_bias, seed);
 }
 
 TEST(GatedActivation, RejectsBadArgumentsNamingThem) {

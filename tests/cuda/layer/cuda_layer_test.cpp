@@ -217,8 +217,8 @@ void run_scheme(const Scheme& s) {
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
-  // Every scheme has presets its backend accepts (SiLU-and-mul, no biases): a backend that
-  // refuses everything is a registration bug, not a skip.
+  // Every scheme has presets its backend accepts: a backend that refuses everything is a
+  // registration bug, not a skip.
   EXPECT_GT(ran, 0) << moe_backend_name(s.backend) << " refused every preset";
 }
 

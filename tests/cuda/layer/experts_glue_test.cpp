@@ -98,10 +98,12 @@ TEST(ExpertsGlueCuda, PermuteByExpertWithSortedTokens) {
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   // Sizes from one assignment to the multi-block path (> 2048 assignments: 4500 x 8 = 36 blocks,
-  // 400 x 7 = 3 blocks with a partial last one; 512 experts = kMaxPermuteExperts).
+  // 400 x 7 = 3 blocks with a partial last one, 683 x 3 = 2049 the first size that takes it,
+  // 1024 x 2 = 2048 the last that does not; 512 experts = kMaxPermuteExperts).
   for (const auto& [m, e, k] : {std::tuple{1, 256, 8}, std::tuple{3, 8, 2}, std::tuple{129, 128, 8},
                                 std::tuple{700, 64, 6}, std::tuple{2, 16, 1}, std::tuple{4500, 256, 8},
-                                std::tuple{400, 512, 7}}) {
+                                std::tuple{400, 512, 7}, std::tuple{683, 32, 3},
+                                std::tuple{1024, 16, 2}}) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(m * k));
     std::uniform_int_distribution<int> pick(0, e - 1);
     for (auto& x : ids) x = pick(rng);
