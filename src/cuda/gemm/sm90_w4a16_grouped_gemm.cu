@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
@@ -36,6 +38,10 @@ using Decode8 = DecodeConfig<4, 2, 1, 4, 4>;
 // tiles through a 2-deep ring (four independent MMA / dequant chains; v4 sweep:
 // 10-25% faster than two tiles x 4 deep, slower when units are scarce).
 using Decode8Wide = DecodeConfig<4, 4, 1, 2, 4>;
+// Decode8Wide for a short K without an epilogue (GEMM2 of deepseek-v3 / qwen3: K = 2048 / 1536):
+// 2 K-warps per 64-row unit and 8 CTAs per SM (the same 16 warps per SM), so each warp streams
+// twice the items of a unit between two split-K reductions.
+using Decode8WideShortK = DecodeConfig<2, 4, 1, 2, 8>;
 using Decode16 = DecodeConfig<2, 1, 2, 4, 8>;
 // decode16 with enough units (v5): 64 rows x 16 tokens, 4 K-warps of four
 // 16-row tiles x two 8-token tiles, ring 2, 3 CTAs per SM (up to 168
@@ -104,6 +110,22 @@ void dispatch_format_epilogue(const W4A16GemmArgs& args, const Params& params) {
                 : launch_config<Cfg, false, 2>(args, params);
   }
   MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
+}
+
+// Decode8WideShortK instead of Decode8Wide: no epilogue, K <= 2048 (at most 32 chunks, 8 per
+// K-warp of Decode8Wide), and units for all of its 8-per-SM CTA slots. Measured 2026-12-01d
+// (results/layer_20261201d_decode_short_k_ab.json): deepseek-v3 (K = 2048) and qwen3 (1536)
+// GEMM2 1.5-4% faster per layer at M = 8 / 64; gpt-oss (K = 2880) 2% slower at M = 8, hence
+// the bound. MOEKIT_DECODE_SHORT_K=0 turns it off (a tuning override for benchmarks).
+bool use_short_k(const W4A16GemmArgs& args, const DecodeLaunch& l) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("MOEKIT_DECODE_SHORT_K");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (!enabled || args.epilogue != W4Epilogue::kNone || args.k / 64 > 32 || args.k_split > 1)
+    return false;
+  return sm90_decode::estimated_units(l, Decode8WideShortK::kTokens, Decode8WideShortK::kRows) >=
+         sm90_decode::cta_slots(l, Decode8WideShortK::kMinBlocks);
 }
 
 }  // namespace
@@ -189,6 +211,11 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
       const bool wide = sm90_decode::estimated_units(l, Decode8Wide::kTokens, Decode8Wide::kRows) *
                             2 >=
                         sm90_decode::cta_slots(l, Decode8Wide::kMinBlocks);
+      if (wide && use_short_k(resolved, l)) {
+        return resolved.format == W4Format::kNVFP4
+                   ? launch_config<Decode8WideShortK, true, 0>(resolved, params)
+                   : launch_config<Decode8WideShortK, false, 0>(resolved, params);
+      }
       return wide ? dispatch_format_epilogue<Decode8Wide>(resolved, params)
                   : dispatch_format_epilogue<Decode8>(resolved, params);
     }

@@ -415,6 +415,86 @@ TEST(W4A16Gemm, AutoSplitKMatchesUnsplit) {
 // decode16 (its 64 x 16 configuration here) and mid32 (which ignores the flag:
 // a plain launch); the result must be bitwise the plain launch's, which is
 // checked against float64.
+// The 64-row decode tile's short-K form (2 K-warps, 8 CTAs per SM; kAuto takes it without an
+// epilogue for K <= 2048 when the units fill its CTA slots, e.g. GEMM2 of deepseek-v3): 64
+// experts x one row, N = 2048 (2048 units), K = 1024, with bias and row_scale (GEMM2's fields),
+// both formats, tile auto and decode8. Against float64 of the dequantized weights: rel L2 < 4e-3;
+// repeated runs bitwise equal; rows past offsets[E] keep their poison.
+TEST(W4A16Gemm, ShortKWideDecodeMatchesFloat64) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int e = 64, m = 64, extra = 5;
+  const std::int64_t n = 2048, k = 1024;
+  for (const W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
+    SCOPED_TRACE(w4_format_name(f));
+    const W4Weights w = random_weights(rng, f, e, n, k, false);
+    std::vector<std::int32_t> offsets(e + 1);
+    for (int i = 0; i <= e; ++i) offsets[i] = i;  // one row per expert
+    std::vector<std::uint16_t> x((m + extra) * k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : x) v = float_to_bf16(normal(rng));
+    std::vector<float> bias(e * n), row_scale(m + extra);
+    for (auto& v : bias) v = normal(rng);
+    for (auto& v : row_scale) v = 0.25f + std::fabs(normal(rng));
+    DeviceArray<std::int32_t> d_offsets(offsets);
+    DeviceArray<std::uint16_t> d_x(x), d_y((m + extra) * n);
+    DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
+    DeviceArray<float> d_alpha(w.alpha.empty() ? std::vector<float>(e, 1.0f) : w.alpha),
+        d_bias(bias), d_rs(row_scale);
+    std::vector<double> ref(m * n);
+    for (int r = 0; r < m; ++r)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (std::int64_t kk = 0; kk < k; ++kk)
+          acc += w.deq(r, j, kk) * bf16_to_float(x[r * k + kk]);
+        ref[r * n + j] = (acc + bias[r * n + j]) * row_scale[r];
+      }
+    for (const W4Tile tile : {W4Tile::kAuto, W4Tile::kDecode8}) {
+      SCOPED_TRACE("tile " + w4_tile_name(tile));
+      W4A16GemmArgs a;
+      a.format = f;
+      a.epilogue = W4Epilogue::kNone;
+      a.tile = tile;
+      a.num_experts = e;
+      a.m = m + extra;
+      a.n = n;
+      a.k = k;
+      a.expert_offsets = d_offsets.ptr;
+      a.a = d_x.ptr;
+      a.w = d_w.ptr;
+      a.w_scales = d_s.ptr;
+      a.alpha = f == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
+      a.bias = d_bias.ptr;
+      a.row_scale = d_rs.ptr;
+      a.out = d_y.ptr;
+      std::vector<std::uint16_t> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        ASSERT_EQ(cudaMemset(d_y.ptr, 0xFF, d_y.count * 2), cudaSuccess);
+        w4a16_grouped_gemm(a);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto out = d_y.download();
+        if (rep == 1) {
+          EXPECT_EQ(out, first) << "repeated runs differ";
+          break;
+        }
+        first = out;
+        double num = 0, den = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          const double d = bf16_to_float(out[i]) - ref[i];
+          num += d * d;
+          den += ref[i] * ref[i];
+        }
+        EXPECT_LT(std::sqrt(num / den), 4e-3);
+        int clobbered = 0;
+        for (std::size_t i = ref.size(); i < out.size(); ++i) clobbered += out[i] != 0xFFFF;
+        EXPECT_EQ(clobbered, 0);
+      }
+    }
+  }
+}
+
 TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
   MOEKIT_REQUIRE_GPU();
   const std::uint32_t seed = test_seed();
