@@ -209,13 +209,11 @@ void run_bench(const BenchOptions& o) {
 
     for (const std::int64_t m : o.tokens) {
       const std::int64_t r = m * k;
-      std::vector<std::int32_t> ids;
-      std::vector<float> tw;
-      make_routing(m, e, k, o.seed * 1000003 + static_cast<std::uint64_t>(m), ids, tw);
-      int distinct = 0;
-      const std::vector<std::int32_t> off = expert_offsets_of(ids, e, &distinct);
-      Tensor d_ids = upload(ids, DType::kI32, Shape{m, k});
-      Tensor d_w = upload(tw, DType::kF32, Shape{m, k});
+      const BenchRouting routing = bench_routing(m, e, k, o.seed);
+      const std::vector<std::int32_t>& off = routing.offsets;
+      const int distinct = routing.distinct;
+      Tensor d_ids = upload(routing.ids, DType::kI32, Shape{m, k});
+      Tensor d_w = upload(routing.weights, DType::kF32, Shape{m, k});
       Tensor x = device_tensor(DType::kBF16, Shape{m, h});
       fill_random_bf16(x.data(), static_cast<std::size_t>(m * h), o.seed + 3 + static_cast<std::uint64_t>(m), 1.0f, s);
       const double flops = 2.0 * static_cast<double>(r) * 3.0 * static_cast<double>(h) * static_cast<double>(i);

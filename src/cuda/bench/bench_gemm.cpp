@@ -68,11 +68,9 @@ void run_gemm_bench(const BenchOptions& o) {
       fill_random_bf16(a.p, static_cast<std::size_t>(max_rows) * g.k, o.seed + 12, 1.0f, s);
       for (const std::int64_t m : o.tokens) {
         const std::int64_t r = m * k;
-        std::vector<std::int32_t> ids;
-        std::vector<float> tw;
-        make_routing(m, e, k, o.seed * 1000003 + static_cast<std::uint64_t>(m), ids, tw);
-        int distinct = 0;
-        const std::vector<std::int32_t> offsets = expert_offsets_of(ids, e, &distinct);
+        const BenchRouting routing = bench_routing(m, e, k, o.seed);
+        const std::vector<std::int32_t>& offsets = routing.offsets;
+        const int distinct = routing.distinct;
         MOEKIT_CUDA_CHECK(
             cudaMemcpy(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
         const double wbytes = static_cast<double>(distinct) * g.n * g.k * 2;

@@ -163,4 +163,19 @@ inline std::vector<std::int32_t> expert_offsets_of(const std::vector<std::int32_
   return off;
 }
 
+// The routing of one row of `moekit bench` (the layer and --gemm share it, so their rows hit the
+// same experts): m tokens' top-k ids and weights from the run seed, and the expert offsets of
+// those ids with the number of distinct experts they touch.
+struct BenchRouting {
+  std::vector<std::int32_t> ids, offsets;
+  std::vector<float> weights;
+  int distinct = 0;
+};
+inline BenchRouting bench_routing(std::int64_t m, int e, int k, std::uint64_t run_seed) {
+  BenchRouting r;
+  make_routing(m, e, k, run_seed * 1000003 + static_cast<std::uint64_t>(m), r.ids, r.weights);
+  r.offsets = expert_offsets_of(r.ids, e, &r.distinct);
+  return r;
+}
+
 }  // namespace moekit::bench

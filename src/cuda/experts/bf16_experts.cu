@@ -49,7 +49,8 @@ __device__ __forceinline__ void scatter_chunk(const int* __restrict__ topk_ids, 
   }
 }
 
-// Exclusive scan of v[0, n) by warp 0 (32 values per step); returns the total on lane 0 of warp 0.
+// Exclusive scan of v[0, n) by warp 0 (32 values per step) into out (and out2 if not null);
+// returns the total (on every lane of warp 0).
 __device__ __forceinline__ int warp0_exclusive_scan(const int* v, int n, int* out, int* out2) {
   const int lane = threadIdx.x & 31;
   int carry = 0;

@@ -161,6 +161,21 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   return bytes;
 }
 
+namespace detail {
+
+void check_gated_activation(const GatedActivationArgs& act, const char* where, const char* name) {
+  const std::string n(name);
+  if (act.kind != Activation::kSiluAndMul && act.kind != Activation::kSwigluOai)
+    throw_arg_error(where, n + ".kind", "silu or swiglu_oai", activation_name(act.kind));
+  if (act.kind != Activation::kSwigluOai) return;
+  if (!std::isfinite(act.swiglu_alpha))
+    throw_arg_error(where, n + ".swiglu_alpha", "finite", act.swiglu_alpha);
+  if (!(std::isfinite(act.swiglu_limit) && act.swiglu_limit > 0.0f))
+    throw_arg_error(where, n + ".swiglu_limit", "finite and > 0", act.swiglu_limit);
+}
+
+}  // namespace detail
+
 void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
   GroupedGemmArgs a = args_in;
   const bool fp8 = t == GroupedGemmType::kFP8Block128;
@@ -177,15 +192,7 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
   if (a.gated != nullptr) {
     MOEKIT_CHECK_ARG(a.n % 16 == 0, "n", "a multiple of 16 (gated: gate | up halves of I % 8)",
                      a.n);
-    MOEKIT_CHECK_ARG(
-        a.gated->kind == Activation::kSiluAndMul || a.gated->kind == Activation::kSwigluOai,
-        "gated.kind", "silu or swiglu_oai", activation_name(a.gated->kind));
-    if (a.gated->kind == Activation::kSwigluOai) {
-      MOEKIT_CHECK_ARG(std::isfinite(a.gated->swiglu_alpha), "gated.swiglu_alpha", "finite",
-                       a.gated->swiglu_alpha);
-      MOEKIT_CHECK_ARG(std::isfinite(a.gated->swiglu_limit) && a.gated->swiglu_limit > 0.0f,
-                       "gated.swiglu_limit", "finite and > 0", a.gated->swiglu_limit);
-    }
+    detail::check_gated_activation(*a.gated, "grouped_gemm", "gated");
   }
   const std::int64_t out_cols = a.gated != nullptr ? a.n / 2 : a.n;
   if (a.lda == 0) a.lda = a.k;

@@ -10,6 +10,11 @@
 
 namespace moekit::gemm::detail {
 
+// The activation of GatedActivationArgs (kind silu / swiglu_oai, SwiGLU's alpha finite, limit
+// finite and > 0); errors from `where` naming `name`.kind etc. Shared by grouped_gemm's gated
+// epilogue and the activation kernels between the GEMMs (sm90_gated_activation.cu).
+void check_gated_activation(const GatedActivationArgs& act, const char* where, const char* name);
+
 std::size_t bf16_wide_grouped_gemm_workspace_bytes(int num_experts);
 void bf16_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t bf16_narrow_grouped_gemm_workspace_bytes(int num_experts);

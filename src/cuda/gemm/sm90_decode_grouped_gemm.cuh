@@ -280,12 +280,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   }
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
+  auto zero_acc = [&] {
 #pragma unroll
-  for (int m = 0; m < Cfg::kTilesM; ++m)
+    for (int m = 0; m < Cfg::kTilesM; ++m)
 #pragma unroll
-    for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+      for (int nt = 0; nt < Cfg::kTilesN; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
+        for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
+  };
+  zero_acc();
   int cu_unit = 0, cu_ci = 0;
 
   for (int q0 = 0; q0 < items; q0 += Cfg::kStages) {
@@ -375,12 +378,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                  g, t);
             }
           }
-#pragma unroll
-          for (int m = 0; m < Cfg::kTilesM; ++m)
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
+          zero_acc();
           cu_ci = 0;
           ++cu_unit;
         }

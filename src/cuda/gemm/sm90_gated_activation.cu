@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "cuda/activation/gated_math.cuh"
+#include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/sorted_search.cuh"
 #include "cuda/runtime/current_device.hpp"
@@ -142,21 +143,12 @@ void check_common(const void* gate_up, const void* out, std::int64_t max_rows,
                    out);
 }
 
-ActDevice check_act(const GatedActivationArgs& act) {
-  MOEKIT_CHECK_ARG(act.kind == Activation::kSiluAndMul || act.kind == Activation::kSwigluOai,
-                   "act.kind", "silu or swiglu_oai", activation_name(act.kind));
-  if (act.kind == Activation::kSwigluOai) {
-    MOEKIT_CHECK_ARG(std::isfinite(act.swiglu_alpha), "act.swiglu_alpha", "finite",
-                     act.swiglu_alpha);
-    MOEKIT_CHECK_ARG(std::isfinite(act.swiglu_limit) && act.swiglu_limit > 0.0f,
-                     "act.swiglu_limit", "finite and > 0", act.swiglu_limit);
-  }
-  if (act.bias != nullptr) {
-    MOEKIT_CHECK_ARG(act.expert_offsets != nullptr, "act.expert_offsets",
-                     "a device pointer (with act.bias)", "null");
-    MOEKIT_CHECK_ARG(act.num_experts >= 1, "act.num_experts", ">= 1 (with act.bias)",
-                     act.num_experts);
-  }
+ActDevice check_act(const GatedActivationArgs& act, const char* where) {
+  detail::check_gated_activation(act, where, "act");
+  if (act.bias != nullptr && act.expert_offsets == nullptr)
+    throw_arg_error(where, "act.expert_offsets", "a device pointer (with act.bias)", "null");
+  if (act.bias != nullptr && act.num_experts < 1)
+    throw_arg_error(where, "act.num_experts", ">= 1 (with act.bias)", act.num_experts);
   return {act.swiglu_alpha, act.swiglu_limit, act.bias, act.expert_offsets, act.num_experts};
 }
 
@@ -199,7 +191,7 @@ void gated_activation_bf16(const void* gate_up, void* out, std::int64_t max_rows
   check_common(gate_up, out, max_rows, intermediate, num_rows);
   MOEKIT_CHECK_ARG(intermediate > 0 && intermediate % 8 == 0, "intermediate",
                    "a positive multiple of 8", intermediate);
-  const ActDevice a = check_act(act);
+  const ActDevice a = check_act(act, "gated_activation_bf16");
   if (max_rows == 0) return;
   dispatch<LaunchBf16>(act, gate_up, out, max_rows, intermediate, num_rows, a,
                        static_cast<cudaStream_t>(stream));
@@ -214,7 +206,7 @@ void gated_activation_quant_fp8_block(const void* gate_up, void* out_values, flo
   MOEKIT_CHECK_ARG(out_scales != nullptr, "out_scales", "a device pointer", "null");
   MOEKIT_CHECK_ARG(intermediate > 0 && intermediate % 128 == 0, "intermediate",
                    "a positive multiple of 128", intermediate);
-  const ActDevice a = check_act(act);
+  const ActDevice a = check_act(act, "gated_activation_quant_fp8_block");
   if (max_rows == 0) return;
   dispatch<LaunchFp8>(act, gate_up, out_values, out_scales, max_rows, intermediate, num_rows, a,
                       static_cast<cudaStream_t>(stream));
