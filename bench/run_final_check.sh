@@ -21,8 +21,8 @@ if [ "${1:-}" = layer ] || [ "${1:-}" = layer-only ]; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 250 \
     > "$C/smi_during_layer.csv" 2>&1 &
   SMI=$!
-  timeout 420 $B/moekit bench --preset deepseek-v3,qwen3-235b-a22b,gpt-oss-120b,mixtral-8x7b \
-    --quant bf16,fp8_block,nvfp4,mxfp4 --tokens 1,8,64,512,4096 --reps 20 \
+  timeout 540 $B/moekit bench --preset deepseek-v3,qwen3-235b-a22b,gpt-oss-120b,mixtral-8x7b \
+    --quant bf16,fp8_block,nvfp4,mxfp4,w4a8_mxfp4 --tokens 1,8,64,512,4096 --reps 20 \
     --json "$OUT/layer_final.json" > "$C/layer.log" 2>&1
   echo "layer bench rc=$?"; kill $SMI 2>/dev/null
   grep -E "^(deepseek|qwen3|gpt-oss|mixtral)" "$C/layer.log" | awk '{print $1, $2, $3, $5, $10, $11, $12}'

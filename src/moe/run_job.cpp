@@ -145,9 +145,9 @@ double run_error_bound(std::string_view backend, MoeNumerics numerics) {
   // exact in bf16, with the GEMM1/activation output, each expert output and the sum rounded to
   // bf16 (a few 2^-9 roundings): 1e-2. fp8_block re-quantizes the bf16-rounded intermediate to
   // e4m3 1x128 groups, moving elements near a rounding boundary by one e4m3 ulp vs the float64
-  // emulation: 5e-2.
+  // emulation: 5e-2. W4A8 (fp8 per-token activations) likewise re-quantizes its intermediate.
   if (const auto b = run_cuda_backend(backend))
-    return *b == Backend::kCudaFp8BlockGrouped ? 5e-2 : 1e-2;
+    return *b == Backend::kCudaFp8BlockGrouped || *b == Backend::kCudaW4A8Grouped ? 5e-2 : 1e-2;
   throw_arg_error("run_error_bound", "backend", "a name from run_backend_names()",
                   std::string(backend));
 }
@@ -185,7 +185,21 @@ RunJobReport run_job(const RunJobOptions& options) {
                    options.intermediate_size);
   MOEKIT_CHECK_ARG(options.num_experts >= 0, "--experts", ">= 0 (0 = the preset's)",
                    options.num_experts);
-  const MoeNumerics numerics = parse_numerics(options.mode);
+  // --mode: w4a16 | emulate (the weight scheme's default activation quantization) | an explicit
+  // activation quantization, e.g. fp8_token (W4A8 with mxfp4 weights), emulated by the reference.
+  MoeNumerics numerics = MoeNumerics::kEmulateActivationQuant;
+  std::optional<QuantConfig> activation_quant;
+  if (options.mode == "w4a16" || options.mode == "emulate") {
+    numerics = parse_numerics(options.mode);
+  } else {
+    try {
+      activation_quant = parse_quant_config(options.mode);
+    } catch (const Error&) {
+      throw_arg_error("run", "--mode",
+                      "w4a16 | emulate | an activation quantization (e.g. fp8_token)",
+                      options.mode);
+    }
+  }
   // "auto": the oracle picks among the backends run_job executes (MOEKIT_BACKEND applies, as in
   // `moekit run`); on a machine without a GPU the CUDA backends are refused and the CPU runs.
   // --quant is validated first so that a bad value gets run's message naming the flag.
@@ -276,7 +290,7 @@ RunJobReport run_job(const RunJobOptions& options) {
   r.routing = config.routing.str();
   r.activation = config.activation.str();
   r.quant = quant.str();
-  r.mode = std::string(numerics_name(numerics));
+  r.mode = activation_quant ? activation_quant->str() : std::string(numerics_name(numerics));
   r.backend = backend;
   r.seed = options.seed;
   r.threads = num_threads();
@@ -292,6 +306,7 @@ RunJobReport run_job(const RunJobOptions& options) {
   in.topk_ids = given_ids.view();
   in.topk_weights = given_weights.view();
   in.options.numerics = numerics;
+  in.options.activation_quant = activation_quant;
   Tensor out(DType::kF32, Shape{tokens, config.hidden_size});
   const auto t_layer = std::chrono::steady_clock::now();
   run_layer_on_backend(backend, in, out);

@@ -349,7 +349,13 @@ MoeProblem cli_problem(std::string_view preset, std::string_view weight_quant, s
   } else if (activation_mode == "emulate") {
     p.activation_quant = default_activation_quant(p.weight_quant.scheme);
   } else {
-    p.activation_quant = parse_quant_config(activation_mode);
+    try {
+      p.activation_quant = parse_quant_config(activation_mode);
+    } catch (const Error&) {
+      throw_arg_error("cli_problem", "--mode",
+                      "w4a16 | emulate | an activation quantization (e.g. fp8_token)",
+                      std::string(activation_mode));
+    }
   }
   p.activation_dtype = DType::kBF16;
   MOEKIT_CHECK_ARG(ep_size >= 1, "--ep", ">= 1", ep_size);

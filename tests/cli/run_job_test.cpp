@@ -61,6 +61,21 @@ TEST(RunJob, EveryWeightSchemeAndEmulation) {
   }
 }
 
+// --mode as an explicit activation quantization: mxfp4 weights x fp8 per-token activations (the
+// W4A8 pair), emulated by the reference on the CPU.
+TEST(RunJob, ExplicitActivationQuantMode) {
+  MOEKIT_REF_SEED(seed);
+  RunJobOptions o;
+  o.quant = "mxfp4";
+  o.mode = "fp8_token";
+  o.tokens = 13;
+  o.seed = seed;
+  o.intermediate_size = 128;
+  const RunJobReport r = run_job(o);
+  EXPECT_TRUE(r.pass) << r.text();
+  EXPECT_EQ(r.mode, "fp8_token");
+}
+
 TEST(RunJob, ScaledPresetsAndZeroTokens) {
   MOEKIT_REF_SEED(seed);
   RunJobOptions o;
@@ -115,7 +130,7 @@ TEST(RunJob, BadOptionsNameTheFlag) {
   expect_error([&] { run_job(o); }, {"--quant", "int4"});
   o = RunJobOptions{};
   o.mode = "w4a4";
-  expect_error([&] { run_job(o); }, {"mode", "w4a16|emulate", "w4a4"});
+  expect_error([&] { run_job(o); }, {"--mode", "w4a16 | emulate", "fp8_token", "w4a4"});
   o = RunJobOptions{};
   o.preset = "gpt-5";
   expect_error([&] { run_job(o); }, {"preset", "gpt-oss-20b", "gpt-5"});

@@ -49,7 +49,8 @@ void setup_run(CLI::App& sub) {
   sub.add_option("--backend", opt->backend, "Backend: " + backends)->capture_default_str();
   sub.add_option("--mode", opt->mode,
                  "Numerics: w4a16 (weights dequantized, activations as given) | emulate "
-                 "(GEMM inputs quantized like a W4A4/W8A8 kernel)")
+                 "(GEMM inputs quantized like a W4A4/W8A8 kernel) | an activation quantization, "
+                 "e.g. fp8_token (with --quant mxfp4: the W4A8 backend)")
       ->capture_default_str();
   sub.add_option("--hidden", opt->hidden_size, "Scale down: hidden size H (0 = the preset's)");
   sub.add_option("--intermediate", opt->intermediate_size,

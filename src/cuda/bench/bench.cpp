@@ -24,6 +24,7 @@
 #include "cuda/bench/bench_weights.hpp"
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/experts/w4a8_experts.hpp"
 #include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
@@ -53,6 +54,9 @@ const Scheme kSchemes[] = {
      false},
     {"mxfp4", QuantScheme::kMXFP4, QuantScheme::kBF16, "cuda_w4a16_grouped", 0.5 + 1.0 / 32,
      false},
+    // W4A8: the same MXFP4 weights, e4m3 activations with a per-token scale, fp8 tensor cores.
+    {"w4a8_mxfp4", QuantScheme::kMXFP4, QuantScheme::kFP8PerToken, "cuda_w4a8_grouped",
+     0.5 + 1.0 / 32, true},
 };
 
 const Scheme& find_scheme(const std::string& name) {
@@ -71,6 +75,8 @@ std::map<std::string, ExpertsFactory>& registry() {
        [](const MoeProblem& p) { return cuda::make_fp8_block_grouped_experts(p); }},
       {"cuda_w4a16_grouped",
        [](const MoeProblem& p) { return cuda::make_w4a16_grouped_experts(p); }},
+      {"cuda_w4a8_grouped",
+       [](const MoeProblem& p) { return cuda::make_w4a8_grouped_experts(p); }},
   };
   return r;
 }
@@ -256,7 +262,8 @@ void run_bench(const BenchOptions& o) {
         if (!o.baseline) cmd += " --no-baseline";
         const char* cfg_env = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
         // The grouped-GEMM tile config (bf16 / fp8 CUTLASS); the W4A16 GEMM picks its own.
-        std::string gemm_cfg_name = "w4a16";
+        std::string gemm_cfg_name =
+            sch.activations == QuantScheme::kFP8PerToken ? "w4a8" : "w4a16";
         if (!w4) {
           const auto type =
               sch.fp8_peak ? gemm::GroupedGemmType::kFP8Block128 : gemm::GroupedGemmType::kBF16;
@@ -280,6 +287,9 @@ void run_bench(const BenchOptions& o) {
           continue;
         }
         const bool fp8 = sch.weights == QuantScheme::kFP8Block128x128;
+        // W4A8: the NoEP prepare's per-token e4m3 quantization (the quantize op), timed with the
+        // layer; of x * w for Llama4.
+        const bool a8 = sch.activations == QuantScheme::kFP8PerToken;
         // Llama4 with bf16 activations: the NoEP prepare's f32 rows x * w (timed with the layer),
         // which the experts round to bf16. (fp8: the 1x128 quantize of x, as for other presets.)
         const bool scaled_input = on_input && !fp8;
@@ -294,15 +304,23 @@ void run_bench(const BenchOptions& o) {
           xs = device_tensor(DType::kF32, Shape{m, h / 128});
           in.a1q.values = xq.view();
           in.a1q.scales = xs.view();
-        } else if (scaled_input) {
-          xw = device_tensor(DType::kF32, Shape{m, h});
-          in.a1q.values = xw.view();
-        } else {
-          in.a1q.values = x.view();
+        } else if (a8) {
+          xq = device_tensor(DType::kE4M3, Shape{m, h});
+          xs = device_tensor(DType::kF32, Shape{m});
+          in.a1q.values = xq.view();
+          in.a1q.scales = xs.view();
         }
+        if (scaled_input) xw = device_tensor(DType::kF32, Shape{m, h});
+        if (!fp8 && !a8) in.a1q.values = scaled_input ? xw.view() : x.view();
+        QuantizedView a8q;
+        a8q.config = in.a1q.config;
+        a8q.values = in.a1q.values;
+        a8q.scales = in.a1q.scales;
         auto run_layer = [&] {
           if (fp8) quantize_rows_fp8_1x128(x.data(), m, h, xq.data(), xs.ptr<float>(), s);
           if (scaled_input) cuda::scale_rows_by_weight(x.view(), d_w.view(), xw.view(), s);
+          if (a8) quantize(scaled_input ? xw.view() : x.view(), a8q.config, a8q, QuantBackend::kCuda,
+                           {}, s);
           pr->experts->apply(in, pr->out.view(), pr->ws13.view(), pr->ws2.view(), s);
         };
         Stats st{}, base{};

@@ -3,6 +3,7 @@
 //   cuda_bf16_grouped       make_bf16_grouped_experts       (W16A16, SiLU-and-mul, no biases)
 //   cuda_fp8_block_grouped  make_fp8_block_grouped_experts  (W8A8 e4m3 128x128 / 1x128)
 //   cuda_w4a16_grouped      make_w4a16_grouped_experts      (NVFP4 / MXFP4 weights, bf16 acts)
+//   cuda_w4a8_grouped       make_w4a8_grouped_experts       (MXFP4 weights, fp8 per-token acts)
 // The oracle's own chain (device, format, quant, activation, routing, shapes, parallel) runs
 // first; its last step asks the experts' supports() (device present and SM90, exact quant pair,
 // SiLU / SwiGLU-OAI, biases, E <= 512, alignment) and prefixes the implementation's name to the
@@ -18,6 +19,7 @@
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/experts/fp8_block_experts.hpp"
 #include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/experts/w4a8_experts.hpp"
 #include "moekit/oracle/backend.hpp"
 #include "moekit/prepare_finalize/cuda_prepare_finalize.hpp"
 
@@ -48,6 +50,13 @@ MOEKIT_REGISTER_MOE_BACKEND(cuda_w4a16_grouped, Backend::kCudaW4A16Grouped,
                             {.make_experts = [](const MoeProblem& p)
                                  -> std::unique_ptr<Experts> {
                                return cuda::make_w4a16_grouped_experts(p);
+                             },
+                             .make_prepare_finalize = cuda_no_ep});
+
+MOEKIT_REGISTER_MOE_BACKEND(cuda_w4a8_grouped, Backend::kCudaW4A8Grouped,
+                            {.make_experts = [](const MoeProblem& p)
+                                 -> std::unique_ptr<Experts> {
+                               return cuda::make_w4a8_grouped_experts(p);
                              },
                              .make_prepare_finalize = cuda_no_ep});
 

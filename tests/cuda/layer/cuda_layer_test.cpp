@@ -15,6 +15,10 @@
 //     1/16 of them) lands one e4m3 ulp (2^-3 relative) away: RMS ~ sqrt(1/16) * 2^-3 / 2 ~ 1.6e-2
 //     on GEMM2's input, which GEMM2 averages into the same relative error of the output. Bound
 //     5e-2.
+//   w4a8 mxfp4 (MXFP4 weights x e4m3 activations with per-row scales, input and intermediate),
+//     reference in emulate numerics: the weights are exact in e4m3 (w4a8.hpp), the input's e4m3
+//     rounding is byte-identical (the quantize op), the intermediate has fp8_block's one-ulp
+//     flips (bf16 before e4m3): bound 5e-2 for the same reason.
 //   Llama4 (router weight on the input, top-1): the reference scales the f32 input by the weight
 //     and keeps x * w in f32; the NoEP prepare hands the same f32 rows to the experts, and the
 //     bf16-activation experts (bf16, nvfp4, mxfp4) round them to bf16 (tensor cores take bf16):
@@ -70,6 +74,7 @@ struct Scheme {
   QuantScheme weight;
   Backend backend;
   double bound;
+  QuantScheme activation = QuantScheme::kBF16;  // fp8_block: its 1x128 default (make_problem)
 };
 
 const std::vector<Scheme>& schemes() {
@@ -78,6 +83,7 @@ const std::vector<Scheme>& schemes() {
       {QuantScheme::kFP8Block128x128, Backend::kCudaFp8BlockGrouped, 5e-2},
       {QuantScheme::kNVFP4, Backend::kCudaW4A16Grouped, 1e-2},
       {QuantScheme::kMXFP4, Backend::kCudaW4A16Grouped, 1e-2},
+      {QuantScheme::kMXFP4, Backend::kCudaW4A8Grouped, 5e-2, QuantScheme::kFP8PerToken},
   };
   return s;
 }
@@ -93,9 +99,12 @@ MoeProblem make_problem(const MoeLayerConfig& layer, const Scheme& s, std::int64
   p.layer = layer;
   p.weight_quant.scheme = s.weight;
   // W8A8 block: activations quantized to e4m3 1x128 groups; the other schemes keep bf16 inputs.
+  // W4A8: e4m3 activations with one scale per row (input and intermediate).
   p.activation_quant = s.weight == QuantScheme::kFP8Block128x128
                            ? default_activation_quant(s.weight)
                            : QuantConfig{};
+  p.activation_quant.scheme =
+      s.activation == QuantScheme::kBF16 ? p.activation_quant.scheme : s.activation;
   p.activation_dtype = DType::kBF16;
   return p;
 }
@@ -237,6 +246,10 @@ TEST(CudaLayer, Nvfp4MatchesReference) {
 TEST(CudaLayer, Mxfp4MatchesReference) {
   MOEKIT_REQUIRE_GPU();
   run_scheme(schemes()[3]);
+}
+TEST(CudaLayer, W4A8Mxfp4MatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  run_scheme(schemes()[4]);
 }
 
 // Every token to the same k experts (expert 0 gets all M tokens in slot 0, experts >= k are

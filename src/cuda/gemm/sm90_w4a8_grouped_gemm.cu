@@ -1,0 +1,122 @@
+// W4A8 grouped GEMM (moekit/gemm/w4a8.hpp): argument validation, configuration choice and launch
+// of the SM90 kernel (sm90_w4a8_wgmma_gemm.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cuda/runtime/cuda_check.hpp"
+#include "moekit/core/error.hpp"
+#include "sm90_w4a8_wgmma_gemm.cuh"
+
+namespace moekit::gemm {
+namespace {
+
+using sm90_w4a8::W4A8Config;
+using sm90_w4a8::W4A8Params;
+
+// 128 weight rows x 128 tokens with a narrow (32-token) wgmma for an expert's short last token
+// tile. No 256-token tile: the per-stage promotion keeps a
+// second accumulator set (2 x 128 registers would not fit).
+using Tile128 = W4A8Config<128, 6, 7, true>;
+// 160 tokens when the experts average 96..160 rows (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +-
+// 11): one token tile per expert instead of 128 + a short tail tile that streams the weights again
+// (no narrow variant: its registers would spill, and > 160 rows is a rare tail here).
+using Tile160 = W4A8Config<160, 6, 7, false>;
+
+template <typename Cfg, int kEpi>
+void launch(const W4A8GemmArgs& args, const W4A8Params& wp) {
+  MOEKIT_CUDA_CHECK((sm90_w4a8::launch_w4a8_wgmma<Cfg, kEpi>(
+      wp, args.m, args.max_ctas, static_cast<cudaStream_t>(args.stream))));
+}
+
+template <typename Cfg>
+void dispatch(const W4A8GemmArgs& args, const W4A8Params& wp) {
+  switch (args.epilogue) {
+    case W4Epilogue::kNone:
+      return launch<Cfg, 0>(args, wp);
+    case W4Epilogue::kSiluAndMul:
+      return launch<Cfg, 1>(args, wp);
+    case W4Epilogue::kSwigluOai:
+      return launch<Cfg, 2>(args, wp);
+  }
+  MOEKIT_FAIL("w4a8_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
+}
+
+}  // namespace
+
+bool w4a8_available() { return true; }
+
+void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
+  MOEKIT_CHECK_ARG(args.num_experts > 0, "num_experts", "> 0", args.num_experts);
+  MOEKIT_CHECK_ARG(args.m >= 0 && args.m < (std::int64_t{1} << 31), "m", "in [0, 2^31)", args.m);
+  MOEKIT_CHECK_ARG(args.n > 0 && args.n % 16 == 0 && args.n < (std::int64_t{1} << 30), "n",
+                   "a positive multiple of 16", args.n);
+  MOEKIT_CHECK_ARG(args.k > 0 && args.k % 64 == 0 && args.k < (std::int64_t{1} << 30), "k",
+                   "a positive multiple of 64", args.k);
+  const std::int64_t lda = args.lda == 0 ? args.k : args.lda;
+  MOEKIT_CHECK_ARG(lda >= args.k && lda % 16 == 0, "lda", ">= k and a multiple of 16", lda);
+  const bool is_gated = args.epilogue != W4Epilogue::kNone;
+  const std::int64_t out_width = is_gated ? args.n / 2 : args.n;
+  const std::int64_t ldo = args.ldo == 0 ? out_width : args.ldo;
+  MOEKIT_CHECK_ARG(ldo >= out_width, "ldo", ">= output width " + std::to_string(out_width), ldo);
+  if (args.m == 0) return;
+  MOEKIT_CHECK_ARG(args.expert_offsets != nullptr || args.num_experts == 1, "expert_offsets",
+                   "a device pointer (null only for num_experts == 1: dense)", "null");
+  MOEKIT_CHECK_ARG(args.a != nullptr, "a", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.a) % 16 == 0, "a", "16-byte aligned",
+                   args.a);
+  MOEKIT_CHECK_ARG(args.a_scale != nullptr, "a_scale", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(args.w != nullptr, "w", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w) % 16 == 0, "w", "16-byte aligned",
+                   static_cast<const void*>(args.w));
+  MOEKIT_CHECK_ARG(args.w_scales != nullptr, "w_scales", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0, "w_scales",
+                   "16-byte aligned", static_cast<const void*>(args.w_scales));
+  MOEKIT_CHECK_ARG(args.w_row_scale != nullptr, "w_row_scale", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(args.out != nullptr, "out", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(args.max_ctas >= 0, "max_ctas", ">= 0", args.max_ctas);
+  if (args.epilogue == W4Epilogue::kSwigluOai) {
+    MOEKIT_CHECK_ARG(args.swiglu_limit > 0.0f, "swiglu_limit", "> 0", args.swiglu_limit);
+  }
+
+  W4A8Params wp{};
+  sm90_w4a16::Params& p = wp.p;
+  p.expert_offsets = args.expert_offsets;
+  p.a = static_cast<const __nv_bfloat16*>(args.a);  // e4m3 bytes; the kernel reads them as such
+  p.lda = lda;
+  p.row_index = args.row_index;
+  p.w = args.w;
+  p.w_scales = args.w_scales;
+  p.alpha = nullptr;
+  p.bias = args.bias;
+  p.row_scale = args.row_scale;
+  p.out = static_cast<__nv_bfloat16*>(args.out);
+  p.ldo = ldo;
+  p.num_experts = args.num_experts;
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.swiglu_alpha = args.swiglu_alpha;
+  p.swiglu_limit = args.swiglu_limit;
+  p.m = static_cast<int>(args.m);
+  wp.a_scale = args.a_scale;
+  wp.w_row_scale = args.w_row_scale;
+  if (const char* env = std::getenv("MOEKIT_W4A8_MEASURE"); env && *env)
+    wp.measure = std::atoi(env);  // measurement only: wrong results (sm90_w4a8_wgmma_gemm.cuh)
+  const std::int64_t active =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
+  const std::int64_t rows_per_expert = (args.m + active - 1) / active;
+  bool wide = rows_per_expert >= 96 && rows_per_expert <= 160;
+  // Measurement override: MOEKIT_W4A8_TILE=128 | 160 (the token tile).
+  if (const char* env = std::getenv("MOEKIT_W4A8_TILE"); env && *env) {
+    const std::string v(env);
+    MOEKIT_CHECK_ARG(v == "128" || v == "160", "MOEKIT_W4A8_TILE", "128 or 160", v);
+    wide = v == "160";
+  }
+  if (wide) return dispatch<Tile160>(args, wp);
+  return dispatch<Tile128>(args, wp);
+}
+
+}  // namespace moekit::gemm
