@@ -16,6 +16,10 @@ if [ "${1:-}" != layer-only ]; then
   timeout 330 bash scripts/gpu_check.sh "$C" --bin $B; echo "gpu_check rc=$?"
   timeout 30 $B/moekit run > "$C/run_default.log" 2>&1; echo "moekit run rc=$?"
   grep -iE "backend|relative|pass" "$C/run_default.log" | head -5
+  # W4A8 through the oracle (mxfp4 weights x fp8_token activations), scaled for the CPU check.
+  timeout 60 $B/moekit run --preset gpt-oss-120b --quant mxfp4 --mode fp8_token --tokens 257 \
+    --hidden 1024 --intermediate 512 --experts 32 > "$C/run_w4a8.log" 2>&1; echo "moekit run w4a8 rc=$?"
+  grep -iE "backend|relative|pass" "$C/run_w4a8.log" | head -5
 fi
 if [ "${1:-}" = layer ] || [ "${1:-}" = layer-only ]; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 250 \

@@ -32,7 +32,8 @@ enum class Backend : std::uint8_t {
   kCudaFp8Grouped,       // SM90 fp8 e4m3 grouped GEMM, per-tensor / per-token scales
   kCudaFp8BlockGrouped,  // SM90 fp8 grouped GEMM, DeepSeek 128x128 weights / 1x128 activations
   kCudaW4A16Grouped,     // SM90 NVFP4/MXFP4 weights dequantized to bf16 in registers
-  kCudaW4A8Grouped,      // SM90 NVFP4/MXFP4 weights as e4m3 (exact), fp8 activations
+  kCudaW4A8Grouped,      // SM90 MXFP4 weights as e4m3 (exact) x fp8_token activations (NVFP4 and
+                         // other fp8 activations are refused by supports(), with the reason)
   kCudaBf16Batched,      // batched-format variants (EP low-latency dispatch, CUDA graphs)
   kCudaFp8BlockBatched,
   kCudaW4A16Batched,

@@ -1,7 +1,8 @@
-// Builds without the CUDA backend: the W4A16 / FP4-linear entry points exist and say why they
-// cannot run (the implementations live in src/cuda/gemm and src/cuda/linear).
+// Builds without the CUDA backend: the W4A16 / W4A8 / FP4-linear entry points exist and say why
+// they cannot run (the implementations live in src/cuda/gemm and src/cuda/linear).
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/w4a16.hpp"
+#include "moekit/gemm/w4a8.hpp"
 #include "moekit/linear/fp4_linear.hpp"
 
 #if !MOEKIT_WITH_CUDA
@@ -9,6 +10,10 @@ namespace moekit::gemm {
 bool w4a16_available() { return false; }
 void w4a16_grouped_gemm(const W4A16GemmArgs&) {
   MOEKIT_FAIL("w4a16_grouped_gemm: moekit was built without the CUDA backend");
+}
+bool w4a8_available() { return false; }
+void w4a8_grouped_gemm(const W4A8GemmArgs&) {
+  MOEKIT_FAIL("w4a8_grouped_gemm: moekit was built without the CUDA backend");
 }
 }  // namespace moekit::gemm
 namespace moekit::linear {

@@ -319,8 +319,9 @@ void run_bench(const BenchOptions& o) {
         auto run_layer = [&] {
           if (fp8) quantize_rows_fp8_1x128(x.data(), m, h, xq.data(), xs.ptr<float>(), s);
           if (scaled_input) cuda::scale_rows_by_weight(x.view(), d_w.view(), xw.view(), s);
-          if (a8) quantize(scaled_input ? xw.view() : x.view(), a8q.config, a8q, QuantBackend::kCuda,
-                           {}, s);
+          if (a8)
+            quantize(scaled_input ? xw.view() : x.view(), a8q.config, a8q, QuantBackend::kCuda, {},
+                     s);
           pr->experts->apply(in, pr->out.view(), pr->ws13.view(), pr->ws2.view(), s);
         };
         Stats st{}, base{};

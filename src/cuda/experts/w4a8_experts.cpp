@@ -136,11 +136,10 @@ class W4A8Experts : public ModularExperts {
         for (std::int64_t x = begin; x < end; ++x)
           why[static_cast<std::size_t>(x)] = gemm::w4a8_prepare_weights(
               1, n, k, gated, codes + x * cb, scales + x * sb, pc.ptr<std::uint8_t>() + x * cb,
-              ps.ptr<std::uint8_t>() + x * sb, rs.ptr<float>() + x * n);
+              ps.ptr<std::uint8_t>() + x * sb, rs.ptr<float>() + x * n, x);
       });
-      for (std::int64_t x = 0; x < e; ++x) {
-        const std::string& r = why[static_cast<std::size_t>(x)];
-        MOEKIT_CHECK(r.empty(), name(), ": weights.", what, " of expert ", x,
+      for (const std::string& r : why) {
+        MOEKIT_CHECK(r.empty(), name(), ": weights.", what,
                      " are not exactly representable as e4m3 (", r,
                      "); run them with bf16 activations (cuda_w4a16_grouped)");
       }
@@ -170,6 +169,8 @@ class W4A8Experts : public ModularExperts {
                      activation_format_name(in.format));
     MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
                      ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+    MOEKIT_CHECK_ARG(in.a1q.config.scheme == QuantScheme::kFP8PerToken, "in.a1q.config.scheme",
+                     "fp8_token", scheme_name(in.a1q.config.scheme));
     MOEKIT_CHECK_ARG(in.a1q.values.dtype == DType::kE4M3 && in.a1q.values.numel() >= m * h,
                      "in.a1q.values", "e4m3 [M, H]", in.a1q.values.str());
     MOEKIT_CHECK_ARG(in.a1q.scales.dtype == DType::kF32 && in.a1q.scales.numel() >= m,
@@ -193,8 +194,9 @@ class W4A8Experts : public ModularExperts {
                               prow, stream, k, tokens, at(workspace13, l.permute_scratch));
 
     gemm::W4A8GemmArgs g1;
-    g1.epilogue = p.layer.activation.kind == Activation::kSwigluOai ? gemm::W4Epilogue::kSwigluOai
-                                                                     : gemm::W4Epilogue::kSiluAndMul;
+    g1.epilogue = p.layer.activation.kind == Activation::kSwigluOai
+                      ? gemm::W4Epilogue::kSwigluOai
+                      : gemm::W4Epilogue::kSiluAndMul;
     g1.swiglu_alpha = p.layer.activation.swiglu_alpha;
     g1.swiglu_limit = p.layer.activation.swiglu_limit;
     g1.num_experts = e;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -18,8 +19,8 @@ using sm90_w4a8::W4A8Config;
 using sm90_w4a8::W4A8Params;
 
 // 128 weight rows x 128 tokens with a narrow (32-token) wgmma for an expert's short last token
-// tile. No 256-token tile: the per-stage promotion keeps a
-// second accumulator set (2 x 128 registers would not fit).
+// tile. No 256-token tile: the promotion keeps a second accumulator set (2 x 128 registers would
+// not fit).
 using Tile128 = W4A8Config<128, 6, 7, true>;
 // 160 tokens when the experts average 96..160 rows (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +-
 // 11): one token tile per expert instead of 128 + a short tail tile that streams the weights again
@@ -53,9 +54,13 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   MOEKIT_CHECK_ARG(args.num_experts > 0, "num_experts", "> 0", args.num_experts);
   MOEKIT_CHECK_ARG(args.m >= 0 && args.m < (std::int64_t{1} << 31), "m", "in [0, 2^31)", args.m);
   MOEKIT_CHECK_ARG(args.n > 0 && args.n % 16 == 0 && args.n < (std::int64_t{1} << 30), "n",
-                   "a positive multiple of 16", args.n);
+                   "a positive multiple of 16 below 2^30", args.n);
   MOEKIT_CHECK_ARG(args.k > 0 && args.k % 64 == 0 && args.k < (std::int64_t{1} << 30), "k",
-                   "a positive multiple of 64", args.k);
+                   "a positive multiple of 64 below 2^30", args.k);
+  MOEKIT_CHECK_ARG(args.epilogue == W4Epilogue::kNone ||
+                       args.epilogue == W4Epilogue::kSiluAndMul ||
+                       args.epilogue == W4Epilogue::kSwigluOai,
+                   "epilogue", "none, silu_and_mul or swiglu_oai", static_cast<int>(args.epilogue));
   const std::int64_t lda = args.lda == 0 ? args.k : args.lda;
   MOEKIT_CHECK_ARG(lda >= args.k && lda % 16 == 0, "lda", ">= k and a multiple of 16", lda);
   const bool is_gated = args.epilogue != W4Epilogue::kNone;
@@ -79,7 +84,9 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   MOEKIT_CHECK_ARG(args.out != nullptr, "out", "a device pointer", "null");
   MOEKIT_CHECK_ARG(args.max_ctas >= 0, "max_ctas", ">= 0", args.max_ctas);
   if (args.epilogue == W4Epilogue::kSwigluOai) {
-    MOEKIT_CHECK_ARG(args.swiglu_limit > 0.0f, "swiglu_limit", "> 0", args.swiglu_limit);
+    MOEKIT_CHECK_ARG(std::isfinite(args.swiglu_alpha), "swiglu_alpha", "finite", args.swiglu_alpha);
+    MOEKIT_CHECK_ARG(std::isfinite(args.swiglu_limit) && args.swiglu_limit > 0.0f, "swiglu_limit",
+                     "finite and > 0", args.swiglu_limit);
   }
 
   W4A8Params wp{};
@@ -103,8 +110,6 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   p.m = static_cast<int>(args.m);
   wp.a_scale = args.a_scale;
   wp.w_row_scale = args.w_row_scale;
-  if (const char* env = std::getenv("MOEKIT_W4A8_MEASURE"); env && *env)
-    wp.measure = std::atoi(env);  // measurement only: wrong results (sm90_w4a8_wgmma_gemm.cuh)
   const std::int64_t active =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
   const std::int64_t rows_per_expert = (args.m + active - 1) / active;
@@ -115,6 +120,18 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
     MOEKIT_CHECK_ARG(v == "128" || v == "160", "MOEKIT_W4A8_TILE", "128 or 160", v);
     wide = v == "160";
   }
+  // The expert prefix lives in shared memory (4 bytes per expert): very many experts do not fit.
+  int dev = 0, max_smem = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
+  MOEKIT_CUDA_CHECK(
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int smem =
+      wide ? Tile160::smem_bytes(args.num_experts) : Tile128::smem_bytes(args.num_experts);
+  MOEKIT_CHECK_ARG(smem <= max_smem, "num_experts",
+                   ::moekit::detail::concat("at most what fits in ", max_smem,
+                                            " bytes of shared memory (this tile needs ", smem,
+                                            ")"),
+                   args.num_experts);
   if (wide) return dispatch<Tile160>(args, wp);
   return dispatch<Tile128>(args, wp);
 }

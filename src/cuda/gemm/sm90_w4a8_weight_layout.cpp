@@ -132,7 +132,7 @@ float exp2_bias127(int ref) {  // 2^(ref - 127), ref in [0, 254]: exact (normal 
 std::string w4a8_prepare_weights(std::int64_t num_experts, std::int64_t n, std::int64_t k,
                                  bool gated, const std::uint8_t* codes, const std::uint8_t* scales,
                                  std::uint8_t* out_codes, std::uint8_t* out_scales,
-                                 float* out_row_scale) {
+                                 float* out_row_scale, std::int64_t first_expert) {
   const Geometry g = check_geometry("w4a8_prepare_weights", num_experts, n, k);
   const std::int64_t kb = k / kBlock, rows = g.e * g.n;
   // Per source row: the reference exponent from its nonzero blocks.
@@ -140,28 +140,32 @@ std::string w4a8_prepare_weights(std::int64_t num_experts, std::int64_t n, std::
   for (std::int64_t r = 0; r < rows; ++r) {
     int lo = 256, hi = -1;
     for (std::int64_t b = 0; b < kb; ++b) {
+      const int s = scales[r * kb + b];
+      // NaN (0xFF) makes the whole block NaN in the reference, zero codes included.
+      if (s == 0xFF)
+        return detail::concat("expert ", first_expert + r / g.n, " row ", r % g.n, " block ", b,
+                              ": scale 0xFF (NaN) is not representable");
       const std::uint8_t* c = codes + r * (k / 2) + b * (kBlock / 2);
       bool nonzero = false;
       for (int x = 0; x < kBlock / 2 && !nonzero; ++x) nonzero = (c[x] & 0x77) != 0;
       if (!nonzero) continue;  // +-0 codes only: the scale does not matter
-      const int s = scales[r * kb + b];
-      if (s == 0xFF)
-        return detail::concat("expert ", r / g.n, " row ", r % g.n, " block ", b,
-                              ": scale 0xFF (NaN) is not representable");
       lo = std::min(lo, s);
       hi = std::max(hi, s);
     }
     if (hi < 0) continue;  // an all-zero row
     const int rf = std::max(hi + (-kDMax), 0);
     if (lo - rf < kDMin)
-      return detail::concat("expert ", r / g.n, " row ", r % g.n, ": block scales span 2^",
+      return detail::concat("expert ", first_expert + r / g.n, " row ", r % g.n,
+                            ": block scales span 2^",
                             lo - 127, " .. 2^", hi - 127, " (", hi - lo + 1,
                             " binades; e4m3 holds e2m1 x 2^d exactly for 15 consecutive d)");
     ref[static_cast<std::size_t>(r)] = rf;
   }
   const std::vector<std::int64_t> prow = prepared_row_of(g, gated);
-  for (std::int64_t r = 0; r < rows; ++r)
-    out_row_scale[prow[static_cast<std::size_t>(r)]] = exp2_bias127(ref[static_cast<std::size_t>(r)]);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    out_row_scale[prow[static_cast<std::size_t>(r)]] =
+        exp2_bias127(ref[static_cast<std::size_t>(r)]);
+  }
 
   std::uint32_t* words = reinterpret_cast<std::uint32_t*>(out_codes);
   std::memset(out_codes, 0, static_cast<std::size_t>(rows * k / 2));

@@ -1,6 +1,7 @@
-// SM90 W4A8 grouped GEMM (MXFP4 weights x e4m3 activations) on warpgroup MMA (wgmma e4m3, sm_90a)
-// with the weights converted to e4m3 in registers as the A operand (API: moekit/gemm/w4a8.hpp,
-// weight layout: sm90_w4a8_weight_layout.cpp).
+// SM90 W4A8 grouped GEMM (MXFP4 weights x e4m3 activations) on warpgroup MMA (wgmma e4m3,
+// sm_90a) with the weights converted to e4m3 in registers as the A operand (API:
+// moekit/gemm/w4a8.hpp, weight layout: sm90_w4a8_weight_layout.cpp, design and measurements:
+// docs/kernels/w4a8.md).
 //
 // CTA = 2 warpgroups = 128 weight rows x kTokens tokens (m64 x N per warpgroup); warp w owns the
 // 16-row tile 8 cta_rt + w of the prepared layout. The K loop runs in stages of 128 (two 64-wide
@@ -22,8 +23,9 @@
 // (into the slot of stage c - 2, retired by both warpgroups before the previous barrier); at even
 // c wait for stage c - 1 and add the accumulator into the fp32 total (promotion every 256 K, see
 // w4a8_unit); issue 4 async wgmma k32 (at even c the first with scale_d = 0), retire stage c - 1
-// (wgmma_wait<1>), wait for this thread's copies of stage c + 1, fence.proxy.async, barrier. A one-chunk last stage (K % 128 == 64) multiplies zero
-// weights with zero-filled activations in its second half.
+// (wgmma_wait<1>), wait for this thread's copies of stage c + 1, fence.proxy.async, barrier. A
+// one-chunk last stage (K % 128 == 64) multiplies zero weights with zero-filled activations in
+// its second half.
 //
 // Units are (expert, 128-row tile, token tile), expert-major as in the W4A16 wgmma kernel. The
 // epilogue multiplies each accumulator by its activation row's scale and its weight row's
@@ -68,10 +70,6 @@ struct W4A8Params {
   Params p;              // a: e4m3 rows (as bytes), alpha unused (null)
   const float* a_scale;  // [rows of A]
   const float* w_row_scale;  // [E * N], prepared row order
-  // MEASUREMENT ONLY (wrong results; MOEKIT_W4A8_MEASURE): bit 0 skips the activation copies
-  // after a unit's first stage, bit 1 every weight copy (the mbarriers complete with 0 bytes),
-  // bit 2 the per-stage fence.proxy.async (racy), bit 3 the promotion.
-  int measure;
 };
 
 // store_tile's codec contract: no row tails (N % 16 == 0), no extra unscale factor.
@@ -186,9 +184,8 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
     const std::uint32_t s = (seq + c) % kW, bar = sm.w_bar(warp, s);
     const std::uint32_t dst = wstage0 + s * Cfg::kWStageBytes;
     const int n_chunks = 2 * c + 1 < chunks ? 2 : 1;
-    const bool copy = tile_ok && !(wp.measure & 2);
-    mbar_arrive_expect_tx(bar, copy ? n_chunks * (512 + 32) : 0);
-    if (copy) {
+    mbar_arrive_expect_tx(bar, tile_ok ? n_chunks * (512 + 32) : 0);
+    if (tile_ok) {
       bulk_copy_g2s(dst, wsrc + static_cast<std::int64_t>(2 * c) * 512, n_chunks * 512, bar);
       bulk_copy_g2s(dst + 1024, ssrc + static_cast<std::int64_t>(2 * c) * 32, n_chunks * 32, bar);
     }
@@ -214,7 +211,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
   // always holds stage j). The second half of a one-chunk stage is zero-filled (its zero weights
   // must not meet stale NaN bytes).
   auto issue_act = [&](int c) {
-    if (c < stages && !(c > 0 && (wp.measure & 1))) {
+    if (c < stages) {
       const std::uint32_t dst = sm.slots + (c % kA) * Cfg::kSlotBytes;
       const bool half = 2 * c + 1 >= chunks;
 #pragma unroll
@@ -295,7 +292,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
           for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
             for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
-          if (c > 0 && !(wp.measure & 8)) promote();
+          if (c > 0) promote();
         }
         wgmma_fence();
         const std::uint64_t desc =
@@ -306,7 +303,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
         wgmma_commit();
         wgmma_wait<1>();          // stage c - 1 retired: its A registers and slot are free
         cp_async_wait<kA - 3>();  // this thread's copies of stage c + 1
-        if (!(wp.measure & 4)) fence_proxy_async_smem();
+        fence_proxy_async_smem();
         __syncthreads();
       }
     }

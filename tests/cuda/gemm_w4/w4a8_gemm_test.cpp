@@ -1,7 +1,7 @@
 // W4A8 grouped GEMM (moekit/gemm/w4a8.hpp): the weight preparation (host: round trip, exactness
 // refusals) and the SM90 kernel against a float64 reference of the MXFP4 weights times the e4m3
 // activations (GPU, skips without a device). Bound: relative L2 < 4e-3 (the weights and the e4m3
-// activations enter the MMA exactly; what remains is the fp32 sum of 128-deep tensor-core
+// activations enter the MMA exactly; what remains is the fp32 sum of 256-deep tensor-core
 // partials and the final bf16 rounding, RMS ~ 2^-9 / sqrt 3 ~ 1.1e-3). Seeds are logged
 // (MOEKIT_TEST_SEED reproduces a run).
 #include <gtest/gtest.h>
@@ -70,8 +70,10 @@ TEST(W4A8Prepare, RoundTripIsIdentity) {
 }
 
 TEST(W4A8Prepare, RefusesInexactScales) {
-  std::mt19937 rng(1);
-  W4Weights w = random_weights(rng, W4Format::kMXFP4, 2, 32, 128, false);
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  W4Weights w = w4a8_weights(rng, 2, 32, 128, false);  // exact everywhere but the planted rows
   std::vector<u8> pc(w.codes.size()), ps(w.scales.size());
   std::vector<float> rs(64);
   auto why = [&] {
@@ -87,10 +89,17 @@ TEST(W4A8Prepare, RefusesInexactScales) {
   EXPECT_NE(r.find("expert 1 row 5"), std::string::npos) << r;
   EXPECT_NE(r.find("16 binades"), std::string::npos) << r;
   w.scales = scales;
+  EXPECT_EQ(why(), "");
+  // NaN scales are refused even on an all-zero block (the reference gives NaN for the block).
   w.scales[3] = 0xFF;
-  w.codes[3 * 16] = 0x01;
+  for (int x = 0; x < 16; ++x) w.codes[3 * 16 + x] = 0;
   r = why();
+  EXPECT_NE(r.find("expert 0 row 0 block 3"), std::string::npos) << r;
   EXPECT_NE(r.find("NaN"), std::string::npos) << r;
+  // Experts are named from first_expert (callers that prepare one slice at a time).
+  r = w4a8_prepare_weights(2, 32, 128, false, w.codes.data(), w.scales.data(), pc.data(),
+                           ps.data(), rs.data(), 5);
+  EXPECT_NE(r.find("expert 5 row 0"), std::string::npos) << r;
   EXPECT_THROW(w4a8_prepare_weights(1, 24, 128, false, w.codes.data(), w.scales.data(), pc.data(),
                                     ps.data(), rs.data()),
                Error);
@@ -268,12 +277,13 @@ TEST(W4A8Gemm, ValidationNamesTheArgument) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message().find("k"), std::string::npos);
+  EXPECT_NE(message().find("k: expected"), std::string::npos) << message();
   args.k = 128;
   EXPECT_NE(message().find("a:"), std::string::npos) << message();
   // Never dereferenced: every call below throws before a launch (no GPU needed).
   alignas(16) static u8 buf[4096];
   args.a = buf;
+  args.out = buf;
   EXPECT_NE(message().find("a_scale"), std::string::npos) << message();
   args.a_scale = reinterpret_cast<const float*>(buf);
   args.w = buf;
@@ -283,6 +293,18 @@ TEST(W4A8Gemm, ValidationNamesTheArgument) {
   EXPECT_NE(message().find("w_row_scale"), std::string::npos) << message();
   args.lda = 136;
   EXPECT_NE(message().find("lda"), std::string::npos) << message();
+  args.lda = 0;
+  args.w_row_scale = reinterpret_cast<const float*>(buf);
+  args.ldo = 8;
+  EXPECT_NE(message().find("ldo"), std::string::npos) << message();
+  args.ldo = 0;
+  args.epilogue = W4Epilogue::kSwigluOai;
+  args.swiglu_limit = INFINITY;
+  EXPECT_NE(message().find("swiglu_limit"), std::string::npos) << message();
+  args.swiglu_limit = 7.0f;
+  args.epilogue = static_cast<W4Epilogue>(9);
+  args.m = 0;  // checked before the m == 0 early return
+  EXPECT_NE(message().find("epilogue"), std::string::npos) << message();
 }
 
 }  // namespace
