@@ -54,8 +54,8 @@ QuantConfig parse_weight_quant(const std::string& text) {
 }
 
 // The CUDA backends `moekit run` can execute (when registered with the oracle), best first.
-constexpr Backend kRunCudaBackends[] = {Backend::kCudaW4A16Grouped, Backend::kCudaFp8BlockGrouped,
-                                        Backend::kCudaBf16Grouped};
+constexpr Backend kRunCudaBackends[] = {Backend::kCudaW4A8Grouped, Backend::kCudaW4A16Grouped,
+                                        Backend::kCudaFp8BlockGrouped, Backend::kCudaBf16Grouped};
 
 std::optional<Backend> run_cuda_backend(std::string_view name) {
   for (Backend b : kRunCudaBackends)
