@@ -4,16 +4,18 @@
 // operand: lane (g, t) of a warp holds, per k32 step, rows g and g + 8 at MMA-k 4t..4t+3 (a0 / a1)
 // and 16 + 4t..16 + 4t + 3 (a2 / a3), byte i = k 4t + i. Unlike W4A16's layout, MMA-k here IS the
 // real k, so the activations stay in their natural order (the per-token quantizer's output is read
-// as is). Layout: [E][N/16 row tiles][K/64 chunks][32 lanes][4 words] for codes (512 bytes per
-// tile and chunk, the W4A16 tiling). Word j of lane (g, t) in chunk c holds the 4 codes of row g
+// as is). Layout: items of 512 code bytes ([32 lanes][4 words]) per 16-row tile and 64-wide K
+// chunk, ordered [E][N/128 CTA tiles][K/64 chunks][the CTA tile's 16-row tiles (8, fewer in a last
+// partial one)]: a CTA's 128 rows of two consecutive chunks (one kernel stage) are one contiguous
+// block, loaded by one bulk copy. Word j of lane (g, t) in chunk c holds the 4 codes of row g
 // (register "A") and of row g + 8 (register "B") at k = 64c + 32 (j / 2) + 16 (j % 2) + 4t + i:
 //   A byte i: magnitude (code & 7) at bits 4i..4i+2, sign at bit 8i + 7;
 //   B byte i: magnitude at bits 16 + 4i..16 + 4i + 2, sign at bit 8i + 3,
 // so the kernel builds each e4m3 register with one byte permute of a per-row table of the 8
 // magnitudes (prmt, selector = the magnitude nibbles) and an OR of the sign bits (B's shifted by
 // 4). Word j feeds step 2 (c % 2) + j / 2 of a 128-wide K stage, as a0 / a1 (j even) or a2 / a3.
-// Scales: [E][N/16][K/64] records of 32 bytes [g][b][h] (row g + 8h, block 2c + b, the W4A16
-// order); each byte is the byte offset 8 (d + 8) of the kernel's table row for 2^d =
+// Scales: one 32-byte record per item, in the item order, [g][b][h] (row g + 8h, block 2c + b,
+// the W4A16 order); each byte is the byte offset 8 (d + 8) of the kernel's table row for 2^d =
 // 2^(scale - ref[row]), d in [-8, 6], where
 // every e2m1 * 2^d is an e4m3 value (0.5 * 2^-8 = 2^-9 is e4m3's smallest subnormal, 1.5 * 2^-8
 // needs its 2^-9 step, 6 * 2^6 = 384 <= 448). ref[row] = max(scale over the row's nonzero blocks)
@@ -77,13 +79,19 @@ std::uint32_t spread(int hb, int i, int code) {
   return w;
 }
 
+// Item (16-row tile rt, chunk c) of expert e: CTA tiles of 8 row tiles, chunk-major inside.
+inline std::int64_t item_index(const Geometry& g, std::int64_t e, std::int64_t rt, std::int64_t c) {
+  const std::int64_t ct = rt / 8, ntile = std::min<std::int64_t>(8, g.row_tiles - 8 * ct);
+  return e * g.row_tiles * g.chunks + 8 * ct * g.chunks + c * ntile + rt % 8;
+}
+
 // Calls fn(word index, hb, i, source row index (e * N + row), k) for every code.
 template <typename Fn>
 void for_each_code(const Geometry& g, bool gated, Fn&& fn) {
   for (std::int64_t e = 0; e < g.e; ++e)
     for (std::int64_t rt = 0; rt < g.row_tiles; ++rt)
       for (std::int64_t c = 0; c < g.chunks; ++c) {
-        const std::int64_t tile = (e * g.row_tiles + rt) * g.chunks + c;
+        const std::int64_t tile = item_index(g, e, rt, c);
         for (int lane = 0; lane < 32; ++lane) {
           const int lg = lane / 4, lt = lane % 4;
           for (int j = 0; j < 4; ++j)
@@ -103,7 +111,7 @@ void for_each_scale(const Geometry& g, bool gated, Fn&& fn) {
   for (std::int64_t e = 0; e < g.e; ++e)
     for (std::int64_t rt = 0; rt < g.row_tiles; ++rt)
       for (std::int64_t c = 0; c < g.chunks; ++c) {
-        const std::int64_t tile = (e * g.row_tiles + rt) * g.chunks + c;
+        const std::int64_t tile = item_index(g, e, rt, c);
         for (int lg = 0; lg < 8; ++lg)
           for (int b = 0; b < 2; ++b)
             for (int h = 0; h < 2; ++h)

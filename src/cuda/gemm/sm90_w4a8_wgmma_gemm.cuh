@@ -5,9 +5,9 @@
 //
 // CTA = 2 warpgroups = 128 weight rows x kTokens tokens (m64 x N per warpgroup); warp w owns the
 // 16-row tile 8 cta_rt + w of the prepared layout. The K loop runs in stages of 128 (two 64-wide
-// chunks of the layout, the last stage possibly one): per stage and warp one bulk copy of the
-// tile's 1024 code bytes and 64 scale bytes into a per-warp ring (mbarrier completion), and the
-// activations (tokens x 128 e4m3 bytes, natural K order: the layout's MMA-k is the real k) by
+// chunks of the layout, the last stage possibly one): per stage one bulk copy of the CTA tile's
+// code bytes (8 x 1024) and one of its scale records (8 x 64) into a ring (one mbarrier per
+// stage; the issuing lane rotates over the warps), and the activations (tokens x 128 e4m3 bytes, natural K order: the layout's MMA-k is the real k) by
 // 16-byte cp.async straight into a wgmma B slot (K-major, 128-byte swizzle), gathered through
 // row_index. No staging copy and no permute (the W4A16 wgmma kernel needs both).
 //
@@ -90,10 +90,11 @@ struct W4A8Config {
   static constexpr int kRows = 128;     // 2 x 64 weight rows
   static constexpr int kTokens = kTokens_, kWStages = kWStages_, kAStages = kAStages_;
   static constexpr int kSlotBytes = kTokens * 128;  // kTokens rows of 128 e4m3, swizzled
-  // Weight stage per warp: 2 chunks x 512 code bytes + 2 x 32 scale bytes.
-  static constexpr int kWarpStageBytes = 1024 + 64;
-  static constexpr int kWStageBytes = 8 * kWarpStageBytes;
-  static constexpr int kBarriers = 8 * kWStages;
+  // Weight stage of the CTA: 2 chunks x 8 tiles x 512 code bytes, then their 32-byte scale
+  // records (one bulk copy each, the layout keeps a CTA tile's stage contiguous).
+  static constexpr int kWCodeBytes = 2 * 8 * 512;
+  static constexpr int kWStageBytes = kWCodeBytes + 2 * 8 * 32;
+  static constexpr int kBarriers = kWStages;
   static constexpr int kPiecesPerThread = kTokens * 8 / kThreads;  // 16-byte cp.async per stage
   static constexpr int kTableBytes = 128;                          // 16 tables x 8 bytes
   static constexpr int kNarrow = 32;  // the tail tile's wgmma N
@@ -118,9 +119,7 @@ struct W4A8Smem {
     weights = slots + Cfg::kAStages * Cfg::kSlotBytes;
     bars = weights + Cfg::kWStages * Cfg::kWStageBytes;
   }
-  __device__ std::uint32_t w_bar(int warp, int s) const {
-    return bars + 8 * (warp * Cfg::kWStages + s);
-  }
+  __device__ std::uint32_t w_bar(int s) const { return bars + 8 * s; }
 };
 
 __device__ __forceinline__ uint2 lds64(std::uint32_t addr) {
@@ -175,20 +174,19 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
 
   const int rt = cta_rt * 8 + warp;
   const bool tile_ok = rt < row_tiles16;
-  const std::int64_t tile =
-      (static_cast<std::int64_t>(e) * row_tiles16 + (tile_ok ? rt : 0)) * chunks;
-  const std::uint8_t* wsrc = p.w + tile * 512;
-  const std::uint8_t* ssrc = p.w_scales + tile * 32;
-  const std::uint32_t wstage0 = sm.weights + warp * Cfg::kWarpStageBytes;
-  auto issue_w = [&](int c) {  // lane 0; rows past N: no copy (not stored)
-    const std::uint32_t s = (seq + c) % kW, bar = sm.w_bar(warp, s);
-    const std::uint32_t dst = wstage0 + s * Cfg::kWStageBytes;
-    const int n_chunks = 2 * c + 1 < chunks ? 2 : 1;
-    mbar_arrive_expect_tx(bar, tile_ok ? n_chunks * (512 + 32) : 0);
-    if (tile_ok) {
-      bulk_copy_g2s(dst, wsrc + static_cast<std::int64_t>(2 * c) * 512, n_chunks * 512, bar);
-      bulk_copy_g2s(dst + 1024, ssrc + static_cast<std::int64_t>(2 * c) * 32, n_chunks * 32, bar);
-    }
+  // This CTA tile's 16-row tiles (8, fewer in a last partial one) and its first item: stage c's
+  // weights are the ntile * n_chunks items from item 2c * ntile on (sm90_w4a8_weight_layout.cpp).
+  const int ntile = min(8, row_tiles16 - 8 * cta_rt);
+  const std::int64_t item0 = (static_cast<std::int64_t>(e) * row_tiles16 + 8 * cta_rt) * chunks;
+  // Stage t's copy is issued by lane 0 of warp t % 8 (the issue cost rotates over the warps).
+  auto issue_w = [&](int c) {
+    const std::uint32_t s = (seq + c) % kW, bar = sm.w_bar(s);
+    const std::uint32_t dst = sm.weights + s * Cfg::kWStageBytes;
+    const int items = (2 * c + 1 < chunks ? 2 : 1) * ntile;
+    const std::int64_t first = item0 + static_cast<std::int64_t>(2 * c) * ntile;
+    mbar_arrive_expect_tx(bar, items * (512 + 32));
+    bulk_copy_g2s(dst, p.w + first * 512, items * 512, bar);
+    bulk_copy_g2s(dst + Cfg::kWCodeBytes, p.w_scales + first * 32, items * 32, bar);
   };
 
   // Activation pieces: thread owns 16-byte pieces tid + 256 i (token (tid + 256 i) / 8, piece
@@ -243,7 +241,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
   };
 
   if (lane == 0)
-    for (int c = 0; c < kW - 1 && c < stages; ++c) issue_w(c);
+    for (int c = warp; c < kW - 1 && c < stages; c += 8) issue_w(c);
   for (int c = 0; c < kA - 2; ++c) issue_act(c);
   cp_async_wait<kA - 3>();  // stage 0
   fence_proxy_async_smem();
@@ -257,16 +255,19 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
       if (c < stages) {  // CTA-uniform
         const bool full = 2 * c + 1 < chunks;
         const std::uint32_t ws = (seq + c) % kW;
-        mbar_wait(sm.w_bar(warp, ws), ((seq + c) / kW) & 1);
-        const std::uint32_t wstage = wstage0 + ws * Cfg::kWStageBytes;
+        mbar_wait(sm.w_bar(ws), ((seq + c) / kW) & 1);
+        const std::uint32_t wstage = sm.weights + ws * Cfg::kWStageBytes;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          // This warp's item of chunk h; warps past ntile read stale bytes inside the stage
+          // (their rows are not stored).
+          const std::uint32_t item = h * ntile + warp;
           // A one-chunk stage: the second chunk's registers are zeros (branch-free: a wgmma
           // issue on a divergent path makes ptxas serialize them), against zero-filled B.
-          uint4 cw = lds128(wstage + h * 512 + lane * 16);
+          uint4 cw = lds128(wstage + item * 512 + lane * 16);
           if (h == 1 && !full) cw = make_uint4(0, 0, 0, 0);
           // Table indices: (row g, block 0), (row g + 8, block 0), (row g, 1), (row g + 8, 1).
-          const std::uint32_t sc = lds32(wstage + 1024 + h * 32 + g * 4);
+          const std::uint32_t sc = lds32(wstage + Cfg::kWCodeBytes + item * 32 + g * 4);
           // Each byte is the table's byte offset (8 x index). Masked to 8-byte multiples below
           // 128: the records of rows past N and of a one-chunk stage's second chunk are never
           // copied (stale bytes; their results are discarded or multiply zero codes).
@@ -281,7 +282,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
         }
         // Refills: weight stage of stage c - 1 (read before the last barrier) and the slot of
         // stage c - 2 (both warpgroups retired it before the last barrier).
-        if (lane == 0 && c + kW - 1 < stages) issue_w(c + kW - 1);
+        if (lane == 0 && warp == ((c + kW - 1) & 7) && c + kW - 1 < stages) issue_w(c + kW - 1);
         issue_act(c + kA - 2);
         // Even stages start a new 256-deep tensor-core chain: stage c - 1 must be done (its MMAs
         // ran during the conversion above) and its chain added into tot.
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) w4a8_wgmma_gemm_kernel(W4A8P
 
   if (tid < 32) table[tid] = table_word(tid / 2, tid % 2);
   if (tid == 0) {
-    for (int b = 0; b < Cfg::kBarriers; ++b) mbar_init(sm.bars + 8 * b, 1);
+    for (int b = 0; b < Cfg::kBarriers; ++b) mbar_init(sm.w_bar(b), 1);
     fence_mbar_init();
   }
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
