@@ -111,6 +111,28 @@ std::string GroupedGemmExperts::name() const {
 
 namespace detail {
 
+Support grouped_experts_layer_support(const MoeProblem& p, std::int64_t align) {
+  if (p.activation_dtype != DType::kBF16) return Support::no("activation dtype must be bf16");
+  const Activation act = p.layer.activation.kind;
+  if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
+      p.layer.activation.layout != GateUpLayout::kHalves)
+    return Support::no("only silu / swiglu_oai with gate/up halves, got " +
+                       p.layer.activation.str());
+  if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() || p.parallel.low_latency_dispatch)
+    return Support::no("single-rank standard format only (no expert map)");
+  const int e = p.layer.num_experts;
+  if (e < 1 || e > kMaxPermuteExperts)
+    return Support::no("experts must be in [1, " + std::to_string(kMaxPermuteExperts) +
+                       "], got " + std::to_string(e));
+  if (p.layer.hidden_size % align != 0 || p.layer.intermediate_size % align != 0)
+    return Support::no("hidden and intermediate sizes must be multiples of " +
+                       std::to_string(align) + ", got " + std::to_string(p.layer.hidden_size) +
+                       " and " + std::to_string(p.layer.intermediate_size));
+  if (p.num_tokens * p.layer.routing.top_k >= (std::int64_t{1} << 31))
+    return Support::no("tokens * top_k must be below 2^31");
+  return Support::yes();
+}
+
 Support sm90_device_support() {
   try {
     if (device_runtime::device_count() == 0) return Support::no("no CUDA device");
@@ -139,26 +161,7 @@ Support GroupedGemmExperts::supports(const MoeProblem& p) const {
   if (p.activation_quant.scheme != want_a)
     return Support::no("activation quant must be " + std::string(scheme_name(want_a)) +
                        ", got " + std::string(scheme_name(p.activation_quant.scheme)));
-  if (p.activation_dtype != DType::kBF16)
-    return Support::no("activation dtype must be bf16");
-  const Activation act = p.layer.activation.kind;
-  if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
-      p.layer.activation.layout != GateUpLayout::kHalves)
-    return Support::no("only silu / swiglu_oai with gate/up halves, got " +
-                       p.layer.activation.str());
-  if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() || p.parallel.low_latency_dispatch)
-    return Support::no("single-rank standard format only (no expert map)");
-  const int e = p.layer.num_experts;
-  if (e < 1 || e > detail::kMaxPermuteExperts)
-    return Support::no("experts must be in [1, " +
-                       std::to_string(detail::kMaxPermuteExperts) + "], got " + std::to_string(e));
-  const std::int64_t align = fp8 ? 128 : 8;
-  if (p.layer.hidden_size % align != 0 || p.layer.intermediate_size % align != 0)
-    return Support::no("hidden and intermediate sizes must be multiples of " +
-                       std::to_string(align));
-  if (p.num_tokens * p.layer.routing.top_k >= (1ll << 31))
-    return Support::no("tokens * top_k must be below 2^31");
-  return Support::yes();
+  return detail::grouped_experts_layer_support(p, fp8 ? 128 : 8);
 }
 
 Experts::WorkspaceShapes GroupedGemmExperts::workspace_shapes(const MoeProblem& p) const {

@@ -58,6 +58,11 @@ Support sm90_device_support();
 // Largest expert count the permute kernel's shared-memory tables hold.
 constexpr int kMaxPermuteExperts = 512;
 
+// The layer checks every SM90 grouped experts backend (bf16, fp8 block, W4A16, W4A8) makes after
+// its quant checks: bf16 input activations, SiLU / SwiGLU-OAI over gate/up halves, single rank,
+// 1..kMaxPermuteExperts experts, H and I multiples of `align`, tokens * top_k below 2^31.
+Support grouped_experts_layer_support(const MoeProblem& p, std::int64_t align);
+
 // topk_ids [M, k] i32 (device) -> expert_offsets [E+1], sorted_ids [>= M*k] (rows < offsets[E]
 // written), permuted_row [M, k] (-1 for ids outside [0, E)). One block, or with scratch one block
 // per 1024 assignments (below); deterministic either way (the same outputs).

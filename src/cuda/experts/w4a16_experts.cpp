@@ -77,28 +77,7 @@ class W4A16Experts : public ModularExperts {
     if (p.activation_quant.scheme != QuantScheme::kBF16)
       return Support::no("activation quant must be bf16 (W4A16), got " +
                          std::string(scheme_name(p.activation_quant.scheme)));
-    if (p.activation_dtype != DType::kBF16)
-      return Support::no("activation dtype must be bf16");
-    const Activation act = p.layer.activation.kind;
-    if ((act != Activation::kSiluAndMul && act != Activation::kSwigluOai) ||
-        p.layer.activation.layout != GateUpLayout::kHalves)
-      return Support::no("only silu / swiglu_oai with gate/up halves, got " +
-                         p.layer.activation.str());
-    if (p.parallel.ep_size != 1 || !p.parallel.expert_map.empty() ||
-        p.parallel.low_latency_dispatch)
-      return Support::no("single-rank standard format only (no expert map)");
-    const int e = p.layer.num_experts;
-    if (e < 1 || e > detail::kMaxPermuteExperts)
-      return Support::no("experts must be in [1, " +
-                         std::to_string(detail::kMaxPermuteExperts) + "], got " +
-                         std::to_string(e));
-    if (p.layer.hidden_size % 64 != 0 || p.layer.intermediate_size % 64 != 0)
-      return Support::no("hidden and intermediate sizes must be multiples of 64, got " +
-                         std::to_string(p.layer.hidden_size) + " and " +
-                         std::to_string(p.layer.intermediate_size));
-    if (p.num_tokens * p.layer.routing.top_k >= (std::int64_t{1} << 31))
-      return Support::no("tokens * top_k must be below 2^31");
-    return Support::yes();
+    return detail::grouped_experts_layer_support(p, 64);
   }
 
   WorkspaceShapes workspace_shapes(const MoeProblem& p) const override {
