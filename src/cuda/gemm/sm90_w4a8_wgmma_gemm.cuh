@@ -179,8 +179,11 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
   const int ntile = min(8, row_tiles16 - 8 * cta_rt);
   const std::int64_t item0 = (static_cast<std::int64_t>(e) * row_tiles16 + 8 * cta_rt) * chunks;
   // Stage t's copy is issued by lane 0 of warp t % 8 (the issue cost rotates over the warps).
-  auto issue_w = [&](int c) {
-    const std::uint32_t s = (seq + c) % kW, bar = sm.w_bar(s);
+  // Ring slots advance incrementally (no division by the ring depths in the loop): w_rd / w_ph
+  // are the weight slot and phase of stage c, a_rd its activation slot.
+  std::uint32_t w_rd = seq % kW, w_ph = (seq / kW) & 1, a_rd = 0;
+  auto issue_w = [&](int c, std::uint32_t s) {  // stage c into weight slot s
+    const std::uint32_t bar = sm.w_bar(s);
     const std::uint32_t dst = sm.weights + s * Cfg::kWStageBytes;
     const int items = (2 * c + 1 < chunks ? 2 : 1) * ntile;
     const std::int64_t first = item0 + static_cast<std::int64_t>(2 * c) * ntile;
@@ -208,9 +211,9 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
   // Stage c into its slot (c >= stages: nothing; one group is still committed, so that group j
   // always holds stage j). The second half of a one-chunk stage is zero-filled (its zero weights
   // must not meet stale NaN bytes).
-  auto issue_act = [&](int c) {
+  auto issue_act = [&](int c, std::uint32_t slot) {  // stage c into activation slot `slot`
     if (c < stages) {
-      const std::uint32_t dst = sm.slots + (c % kA) * Cfg::kSlotBytes;
+      const std::uint32_t dst = sm.slots + slot * Cfg::kSlotBytes;
       const bool half = 2 * c + 1 >= chunks;
 #pragma unroll
       for (int i = 0; i < kPieces; ++i)
@@ -241,8 +244,9 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
   };
 
   if (lane == 0)
-    for (int c = warp; c < kW - 1 && c < stages; c += 8) issue_w(c);
-  for (int c = 0; c < kA - 2; ++c) issue_act(c);
+    for (int c = warp; c < kW - 1 && c < stages; c += 8)
+      issue_w(c, w_rd + c < kW ? w_rd + c : w_rd + c - kW);
+  for (int c = 0; c < kA - 2; ++c) issue_act(c, c);
   cp_async_wait<kA - 3>();  // stage 0
   fence_proxy_async_smem();
   __syncthreads();
@@ -254,8 +258,8 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
       const int c = c0 + ab;
       if (c < stages) {  // CTA-uniform
         const bool full = 2 * c + 1 < chunks;
-        const std::uint32_t ws = (seq + c) % kW;
-        mbar_wait(sm.w_bar(ws), ((seq + c) / kW) & 1);
+        const std::uint32_t ws = w_rd;
+        mbar_wait(sm.w_bar(ws), w_ph);
         const std::uint32_t wstage = sm.weights + ws * Cfg::kWStageBytes;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -282,8 +286,11 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
         }
         // Refills: weight stage of stage c - 1 (read before the last barrier) and the slot of
         // stage c - 2 (both warpgroups retired it before the last barrier).
-        if (lane == 0 && warp == ((c + kW - 1) & 7) && c + kW - 1 < stages) issue_w(c + kW - 1);
-        issue_act(c + kA - 2);
+        // (Stage c + kW - 1 goes into the slot stage c - 1 used; stage c + kA - 2 into stage
+        // c - 2's.)
+        if (lane == 0 && warp == ((c + kW - 1) & 7) && c + kW - 1 < stages)
+          issue_w(c + kW - 1, w_rd == 0 ? kW - 1 : w_rd - 1);
+        issue_act(c + kA - 2, a_rd >= 2 ? a_rd - 2 : a_rd + kA - 2);
         // Even stages start a new 256-deep tensor-core chain: stage c - 1 must be done (its MMAs
         // ran during the conversion above) and its chain added into tot.
         const bool restart = ab == 0;
@@ -297,7 +304,7 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
         }
         wgmma_fence();
         const std::uint64_t desc =
-            smem_desc_k_major_sw128(sm.slots + (c % kA) * Cfg::kSlotBytes);
+            smem_desc_k_major_sw128(sm.slots + a_rd * Cfg::kSlotBytes);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           WgmmaRS8<kN>::run(acc, a[ab][j], desc + 2 * j, restart && j == 0 ? 0 : 1);
@@ -306,6 +313,8 @@ __device__ __forceinline__ void w4a8_unit(const W4A8Params& wp, std::uint32_t ta
         cp_async_wait<kA - 3>();  // this thread's copies of stage c + 1
         fence_proxy_async_smem();
         __syncthreads();
+        if (++w_rd == kW) w_rd = 0, w_ph ^= 1;
+        if (++a_rd == kA) a_rd = 0;
       }
     }
   }
