@@ -15,8 +15,8 @@ namespace moekit::cuda {
 
 namespace {
 
-constexpr std::size_t kAlign = 256;
-std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+using detail::ws_at;
+using detail::ws_up;
 
 bool is_fp8(gemm::GroupedGemmType t) { return t == gemm::GroupedGemmType::kFP8Block128; }
 
@@ -46,23 +46,21 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
   const std::size_t elem = is_fp8(t) ? 1 : 2;
   Layout13 l{};
   std::size_t p = 0;
-  l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
-  l.sorted_ids = p, p += up(r * 4);
-  l.permuted_row = p, p += up(r * 4);
-  l.sorted_tokens = p, p += is_fp8(t) ? 0 : up(r * 4);
-  l.permute_scratch = p, p += up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
-  l.a_rounded = p, p += takes_f32_input(t, problem) ? up(m * h * 2) : 0;
-  l.a = p, p += up(r * h * elem);
-  l.a_scales = p, p += is_fp8(t) ? up(r * (h / 128) * 4) : 0;
-  l.act = p, p += up(r * i * elem);
-  l.act_scales = p, p += is_fp8(t) ? up(r * (i / 128) * 4) : 0;
-  l.out2 = p, p += up(r * h * 2);
-  l.gemm_ws = p, p += up(gemm::grouped_gemm_workspace_bytes(t, e));
+  l.offsets = p, p += ws_up((static_cast<std::size_t>(e) + 1) * 4);
+  l.sorted_ids = p, p += ws_up(r * 4);
+  l.permuted_row = p, p += ws_up(r * 4);
+  l.sorted_tokens = p, p += is_fp8(t) ? 0 : ws_up(r * 4);
+  l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
+  l.a_rounded = p, p += takes_f32_input(t, problem) ? ws_up(m * h * 2) : 0;
+  l.a = p, p += ws_up(r * h * elem);
+  l.a_scales = p, p += is_fp8(t) ? ws_up(r * (h / 128) * 4) : 0;
+  l.act = p, p += ws_up(r * i * elem);
+  l.act_scales = p, p += is_fp8(t) ? ws_up(r * (i / 128) * 4) : 0;
+  l.out2 = p, p += ws_up(r * h * 2);
+  l.gemm_ws = p, p += ws_up(gemm::grouped_gemm_workspace_bytes(t, e));
   l.total = p;
   return l;
 }
-
-char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
 
 }  // namespace
 
@@ -110,6 +108,13 @@ std::string GroupedGemmExperts::name() const {
 }
 
 namespace detail {
+
+Tensor host_copy_if_device(const Tensor& t) {
+  if (t.device().is_host()) return Tensor();
+  Tensor h(t.dtype(), t.shape(), Device::host());
+  copy(h, t);
+  return h;
+}
 
 Support grouped_experts_layer_support(const MoeProblem& p, std::int64_t align) {
   if (p.activation_dtype != DType::kBF16) return Support::no("activation dtype must be bf16");
@@ -249,9 +254,9 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
                    "workspace2", "bf16 [M*k, 2I]", workspace2.str());
   if (m == 0) return;
 
-  auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
-  auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
-  auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
+  auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));
+  auto* sorted = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_ids));
+  auto* prow = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.permuted_row));
   const std::int32_t* used_rows = offsets + e;
   // The decode config (bf16, few rows) gathers GEMM1's rows itself (row_index) and runs the
   // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
@@ -260,18 +265,20 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   // before anything reads the bf16-only sorted_tokens region.)
   const bool decode = !fp8 && gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) ==
                                   gemm::GroupedGemmConfig::kDecode;
-  auto* tokens = decode ? reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens)) : nullptr;
+  auto* tokens =
+      decode ? reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens)) : nullptr;
   detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
-                            stream, k, tokens, at(workspace13, l.permute_scratch));
+                            stream, k, tokens, ws_at(workspace13, l.permute_scratch));
   const std::int64_t elem = fp8 ? 1 : 2;
   const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
-                                                        at(workspace13, l.a_rounded), stream)
+                                                        ws_at(workspace13, l.a_rounded), stream)
                              : in.a1q.values.data;
   if (!decode) {
-    detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, at(workspace13, l.a), stream);
+    detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, ws_at(workspace13, l.a),
+                        stream);
     if (fp8)
       detail::gather_rows(in.a1q.scales.data, (h / 128) * 4, sorted, k, rows, used_rows,
-                          at(workspace13, l.a_scales), stream);
+                          ws_at(workspace13, l.a_scales), stream);
   }
 
   gemm::GatedActivationArgs act;
@@ -288,15 +295,15 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.k = h;
   g1.max_rows = rows;
   g1.expert_offsets = offsets;
-  g1.a = decode ? a_src : at(workspace13, l.a);
+  g1.a = decode ? a_src : ws_at(workspace13, l.a);
   g1.lda = decode ? h : 0;
   g1.row_index = decode ? tokens : nullptr;
   g1.gated = decode ? &act : nullptr;
   g1.b = st.w13;
-  g1.d = decode ? at(workspace13, l.act) : workspace2.data;
-  g1.a_scales = fp8 ? reinterpret_cast<const float*>(at(workspace13, l.a_scales)) : nullptr;
+  g1.d = decode ? ws_at(workspace13, l.act) : workspace2.data;
+  g1.a_scales = fp8 ? reinterpret_cast<const float*>(ws_at(workspace13, l.a_scales)) : nullptr;
   g1.b_scales = st.w13_scales;
-  g1.workspace = at(workspace13, l.gemm_ws);
+  g1.workspace = ws_at(workspace13, l.gemm_ws);
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);
   g1.stream = stream;
   g1.config = st.config;
@@ -311,11 +318,12 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   if (!decode) {
     if (fp8) {
       gemm::gated_activation_quant_fp8_block(
-          workspace2.data, at(workspace13, l.act),
-          reinterpret_cast<float*>(at(workspace13, l.act_scales)), rows, i, used_rows, act, stream);
+          workspace2.data, ws_at(workspace13, l.act),
+          reinterpret_cast<float*>(ws_at(workspace13, l.act_scales)), rows, i, used_rows, act,
+          stream);
     } else {
-      gemm::gated_activation_bf16(workspace2.data, at(workspace13, l.act), rows, i, used_rows, act,
-                                  stream);
+      gemm::gated_activation_bf16(workspace2.data, ws_at(workspace13, l.act), rows, i, used_rows,
+                                  act, stream);
     }
   }
 
@@ -326,16 +334,16 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g2.row_index = nullptr;
   g2.gated = nullptr;
   g2.overlap_previous = true;
-  g2.a = at(workspace13, l.act);
+  g2.a = ws_at(workspace13, l.act);
   g2.b = st.w2;
-  g2.d = at(workspace13, l.out2);
-  g2.a_scales = fp8 ? reinterpret_cast<const float*>(at(workspace13, l.act_scales)) : nullptr;
+  g2.d = ws_at(workspace13, l.out2);
+  g2.a_scales = fp8 ? reinterpret_cast<const float*>(ws_at(workspace13, l.act_scales)) : nullptr;
   g2.b_scales = st.w2_scales;
   gemm::grouped_gemm(type_, g2);
 
   // Llama4 applies the router weight on the input: the prepare already folded it in.
   const bool weights_on_input = p.apply_router_weight_on_input();
-  detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
+  detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow,
                                weights_on_input ? nullptr : in.topk_weights.ptr<const float>(), m,
                                k, h, output.data, stream,
                                st.w2_bias.defined() ? st.w2_bias.ptr<float>() : nullptr,

@@ -55,6 +55,17 @@ namespace detail {
 // architecture, or the device query's error). Shared by the SM90 experts' supports().
 Support sm90_device_support();
 
+// Workspace pieces of the CUDA experts start at 256-byte boundaries: ws_up(x) rounds a size up to
+// one, ws_at(v, off) is the piece at byte offset off of workspace v.
+inline std::size_t ws_up(std::size_t x) { return (x + 255) / 256 * 256; }
+inline char* ws_at(const TensorView& v, std::size_t off) {
+  return static_cast<char*>(v.data) + off;
+}
+
+// A host copy of t when it lives on a device; an undefined Tensor when t is already on the host
+// (the caller then reads t itself). For the host-side weight preparation.
+Tensor host_copy_if_device(const Tensor& t);
+
 // Largest expert count the permute kernel's shared-memory tables hold.
 constexpr int kMaxPermuteExperts = 512;
 

@@ -14,9 +14,10 @@
 namespace moekit::cuda {
 namespace {
 
-constexpr std::size_t kAlign = 256;
-std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
+using detail::host_copy_if_device;
+using detail::ws_at;
+using detail::ws_up;
+
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
 // sorted_tokens: the token of each sorted row, GEMM1's row_index (it reads the unpermuted input
@@ -34,13 +35,13 @@ Layout13 layout13(const MoeProblem& problem) {
   const std::size_t hh = static_cast<std::size_t>(problem.layer.hidden_size);
   Layout13 l{};
   std::size_t p = 0;
-  l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
-  l.sorted_ids = p, p += up(r * 4);
-  l.permuted_row = p, p += up(r * 4);
-  l.sorted_tokens = p, p += up(r * 4);
-  l.permute_scratch = p, p += up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
-  l.a_rounded = p, p += problem.apply_router_weight_on_input() ? up(m * hh * 2) : 0;
-  l.out2 = p, p += up(r * hh * 2);
+  l.offsets = p, p += ws_up((static_cast<std::size_t>(e) + 1) * 4);
+  l.sorted_ids = p, p += ws_up(r * 4);
+  l.permuted_row = p, p += ws_up(r * 4);
+  l.sorted_tokens = p, p += ws_up(r * 4);
+  l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
+  l.a_rounded = p, p += problem.apply_router_weight_on_input() ? ws_up(m * hh * 2) : 0;
+  l.out2 = p, p += ws_up(r * hh * 2);
   l.total = p;
   return l;
 }
@@ -49,12 +50,6 @@ gemm::W4Format format_of(QuantScheme s) {
   return s == QuantScheme::kNVFP4 ? gemm::W4Format::kNVFP4 : gemm::W4Format::kMXFP4;
 }
 
-Tensor to_host(const Tensor& t) {
-  if (t.device().is_host()) return Tensor();  // caller uses t directly
-  Tensor h(t.dtype(), t.shape(), Device::host());
-  copy(h, t);
-  return h;
-}
 
 class W4A16Experts : public ModularExperts {
  public:
@@ -109,7 +104,7 @@ class W4A16Experts : public ModularExperts {
       MOEKIT_CHECK_ARG(q.scales.dtype() == sdt && q.scales.shape() == ss,
                        std::string("weights.") + what + ".scales",
                        std::string(dtype_name(sdt)) + ss.str(), q.scales.view().str());
-      const Tensor hv = to_host(q.values), hs = to_host(q.scales);
+      const Tensor hv = host_copy_if_device(q.values), hs = host_copy_if_device(q.scales);
       const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
       const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
       Tensor sc(DType::kU8, Shape{e * n * k / 2}), ssh(DType::kU8, Shape{e * n * k / sfv});
@@ -123,7 +118,7 @@ class W4A16Experts : public ModularExperts {
         MOEKIT_CHECK_ARG(q.global_scale.dtype() == DType::kF32 && q.global_scale.numel() == e,
                          std::string("weights.") + what + ".global_scale", "f32 [E]",
                          q.global_scale.view().str());
-        const Tensor hg = to_host(q.global_scale);
+        const Tensor hg = host_copy_if_device(q.global_scale);
         const float* gs = (hg.defined() ? hg : q.global_scale).ptr<float>();
         Tensor alpha(DType::kF32, Shape{e});
         for (std::int64_t x = 0; x < e; ++x) alpha.ptr<float>()[x] = 1.0f / gs[x];
@@ -168,16 +163,16 @@ class W4A16Experts : public ModularExperts {
                      "bf16 [M*k, I]", workspace2.str());
     if (m == 0) return;
 
-    auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
-    auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
-    auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
-    auto* tokens = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens));
+    auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));
+    auto* sorted = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_ids));
+    auto* prow = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.permuted_row));
+    auto* tokens = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens));
     detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream, k, tokens, at(workspace13, l.permute_scratch));
+                              prow, stream, k, tokens, ws_at(workspace13, l.permute_scratch));
     // GEMM1 gathers its A rows itself (row_index = the token of each sorted row).
-    const void* a_src =
-        f32_in ? detail::round_input_rows(in.a1q.values, m, h, at(workspace13, l.a_rounded), stream)
-               : in.a1q.values.data;
+    const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
+                                                          ws_at(workspace13, l.a_rounded), stream)
+                               : in.a1q.values.data;
 
     const gemm::W4Format f = format_of(p.weight_quant.scheme);
     gemm::W4A16GemmArgs g1;
@@ -216,12 +211,12 @@ class W4A16Experts : public ModularExperts {
     g2.w_scales = w2_.scales.ptr<std::uint8_t>();
     g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;
     g2.bias = w2_bias_.defined() ? w2_bias_.ptr<float>() : nullptr;
-    g2.out = at(workspace13, l.out2);
+    g2.out = ws_at(workspace13, l.out2);
     gemm::w4a16_grouped_gemm(g2);
 
     // Llama4 applies the router weight on the input: the prepare already folded it in.
     const bool weights_on_input = p.apply_router_weight_on_input();
-    detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
+    detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow,
                                  weights_on_input ? nullptr : in.topk_weights.ptr<const float>(),
                                  m, k, h, output.data, stream);
   }

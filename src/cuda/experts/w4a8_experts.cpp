@@ -14,9 +14,10 @@
 namespace moekit::cuda {
 namespace {
 
-constexpr std::size_t kAlign = 256;
-std::size_t up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-char* at(const TensorView& v, std::size_t off) { return static_cast<char*>(v.data) + off; }
+using detail::host_copy_if_device;
+using detail::ws_at;
+using detail::ws_up;
+
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's bf16
 // output). a2 / a2_scale: GEMM2's e4m3 input and its per-row scales.
@@ -31,24 +32,18 @@ Layout13 layout13(const MoeProblem& problem) {
   const std::size_t ii = static_cast<std::size_t>(problem.layer.intermediate_size);
   Layout13 l{};
   std::size_t p = 0;
-  l.offsets = p, p += up((static_cast<std::size_t>(e) + 1) * 4);
-  l.sorted_ids = p, p += up(r * 4);
-  l.permuted_row = p, p += up(r * 4);
-  l.sorted_tokens = p, p += up(r * 4);
-  l.permute_scratch = p, p += up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
-  l.a2 = p, p += up(r * ii);
-  l.a2_scale = p, p += up(r * 4);
-  l.out2 = p, p += up(r * hh * 2);
+  l.offsets = p, p += ws_up((static_cast<std::size_t>(e) + 1) * 4);
+  l.sorted_ids = p, p += ws_up(r * 4);
+  l.permuted_row = p, p += ws_up(r * 4);
+  l.sorted_tokens = p, p += ws_up(r * 4);
+  l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
+  l.a2 = p, p += ws_up(r * ii);
+  l.a2_scale = p, p += ws_up(r * 4);
+  l.out2 = p, p += ws_up(r * hh * 2);
   l.total = p;
   return l;
 }
 
-Tensor to_host(const Tensor& t) {
-  if (t.device().is_host()) return Tensor();  // caller uses t directly
-  Tensor h(t.dtype(), t.shape(), Device::host());
-  copy(h, t);
-  return h;
-}
 
 class W4A8Experts : public ModularExperts {
  public:
@@ -103,7 +98,7 @@ class W4A8Experts : public ModularExperts {
       MOEKIT_CHECK_ARG(q.scales.dtype() == DType::kE8M0 && q.scales.shape() == ss,
                        std::string("weights.") + what + ".scales", "e8m0" + ss.str(),
                        q.scales.view().str());
-      const Tensor hv = to_host(q.values), hs = to_host(q.scales);
+      const Tensor hv = host_copy_if_device(q.values), hs = host_copy_if_device(q.scales);
       const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
       const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
       Tensor pc(DType::kU8, Shape{e * n * k / 2}), ps(DType::kU8, Shape{e * n * k / 32});
@@ -165,12 +160,12 @@ class W4A8Experts : public ModularExperts {
                      "bf16 [M*k, I]", workspace2.str());
     if (m == 0) return;
 
-    auto* offsets = reinterpret_cast<std::int32_t*>(at(workspace13, l.offsets));
-    auto* sorted = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_ids));
-    auto* prow = reinterpret_cast<std::int32_t*>(at(workspace13, l.permuted_row));
-    auto* tokens = reinterpret_cast<std::int32_t*>(at(workspace13, l.sorted_tokens));
+    auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));
+    auto* sorted = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_ids));
+    auto* prow = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.permuted_row));
+    auto* tokens = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens));
     detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream, k, tokens, at(workspace13, l.permute_scratch));
+                              prow, stream, k, tokens, ws_at(workspace13, l.permute_scratch));
 
     gemm::W4A8GemmArgs g1;
     g1.epilogue = p.layer.activation.kind == Activation::kSwigluOai
@@ -200,8 +195,9 @@ class W4A8Experts : public ModularExperts {
     qc.scheme = QuantScheme::kFP8PerToken;
     QuantizedView a2;
     a2.config = qc;
-    a2.values = TensorView(at(workspace13, l.a2), DType::kE4M3, Shape{rows, i}, Device::cuda(0));
-    a2.scales = TensorView(at(workspace13, l.a2_scale), DType::kF32, Shape{rows}, Device::cuda(0));
+    a2.values = TensorView(ws_at(workspace13, l.a2), DType::kE4M3, Shape{rows, i}, Device::cuda(0));
+    a2.scales =
+        TensorView(ws_at(workspace13, l.a2_scale), DType::kF32, Shape{rows}, Device::cuda(0));
     quantize(TensorView(workspace2.data, DType::kBF16, Shape{rows, i}, Device::cuda(0)), qc, a2,
              QuantBackend::kCuda, {}, stream);
 
@@ -217,12 +213,12 @@ class W4A8Experts : public ModularExperts {
     g2.w_scales = w2_.scales.ptr<std::uint8_t>();
     g2.w_row_scale = w2_.row_scale.ptr<float>();
     g2.bias = w2_bias_.defined() ? w2_bias_.ptr<float>() : nullptr;
-    g2.out = at(workspace13, l.out2);
+    g2.out = ws_at(workspace13, l.out2);
     gemm::w4a8_grouped_gemm(g2);
 
     // Llama4 applies the router weight on the input: the prepare already folded it in.
     const bool weights_on_input = p.apply_router_weight_on_input();
-    detail::weighted_reduce_bf16(at(workspace13, l.out2), prow,
+    detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow,
                                  weights_on_input ? nullptr : in.topk_weights.ptr<const float>(),
                                  m, k, h, output.data, stream);
   }
