@@ -29,6 +29,7 @@
 
 #include "moekit/activation/activation.hpp"
 #include "moekit/core/tensor.hpp"
+#include "moekit/gemm/decode_routing.hpp"
 
 namespace moekit::gemm {
 
@@ -117,6 +118,11 @@ struct GroupedGemmArgs {
   //     num_experts are not used (the GEMM knows both).
   const std::int32_t* row_index = nullptr;
   const GatedActivationArgs* gated = nullptr;
+  //   routing: the permutation by expert (and, GEMM2, the weighted top-k reduce with its optional
+  //     per-expert bias) fused into the launch, for at most kDecodeRoutingMaxRows rows
+  //     (moekit/gemm/decode_routing.hpp); with routing.topk_ids, expert_offsets and row_index are
+  //     null.
+  DecodeRouting routing;
 };
 
 // Bytes of workspace (enough for every config) a launch with num_experts groups needs on the current device.

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "moekit/core/tensor.hpp"
+#include "moekit/gemm/decode_routing.hpp"
 
 namespace moekit::gemm {
 
@@ -98,6 +99,11 @@ struct W4A16GemmArgs {
   // GEMM1 that released its dependent at its start; a plain GEMM1 now does so only at its exit):
   // layer 1-3% faster at M = 1 / 8 / 64, 8% on Qwen3 NVFP4 M = 1. false = the v4 launch.
   bool overlap_previous = false;
+  // Tile decode8 only (another tile with routing.topk_ids is an error naming it): the permutation
+  // by expert (and, GEMM2, the weighted top-k reduce) fused into the launch, for at most
+  // kDecodeRoutingMaxRows rows (moekit/gemm/decode_routing.hpp). With it, expert_offsets and
+  // row_index are null.
+  DecodeRouting routing;
   StreamHandle stream = nullptr;
 };
 

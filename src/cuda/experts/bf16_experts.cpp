@@ -31,10 +31,11 @@ bool takes_f32_input(gemm::GroupedGemmType t, const MoeProblem& problem) {
 // a_rounded: bf16 [M, H] for f32 GEMM1 inputs (bf16 activations with the router weight on the
 // input, see round_input_rows); empty otherwise.
 // sorted_tokens: the token of each sorted row (the decode config's row_index: GEMM1 gathers its
-// rows itself, `a` stays unused).
+// rows itself, `a` stays unused). counters: the fused reduce's (bf16 decode sizes,
+// gemm::DecodeRouting).
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, a,
-      a_scales, act, act_scales, out2, gemm_ws, total;
+      a_scales, act, act_scales, out2, gemm_ws, counters, total;
 };
 
 Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
@@ -58,6 +59,10 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
   l.act_scales = p, p += is_fp8(t) ? ws_up(r * (i / 128) * 4) : 0;
   l.out2 = p, p += ws_up(r * h * 2);
   l.gemm_ws = p, p += ws_up(gemm::grouped_gemm_workspace_bytes(t, e));
+  l.counters = p, p += is_fp8(t) ? 0
+                                 : ws_up(static_cast<std::size_t>(gemm::decode_routing_counters(
+                                             problem.layer.hidden_size)) *
+                                         4);
   l.total = p;
   return l;
 }
@@ -136,6 +141,16 @@ Support grouped_experts_layer_support(const MoeProblem& p, std::int64_t align) {
   if (p.num_tokens * p.layer.routing.top_k >= (std::int64_t{1} << 31))
     return Support::no("tokens * top_k must be below 2^31");
   return Support::yes();
+}
+
+int decode_routing_max_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("MOEKIT_DECODE_ROUTING");
+    if (v == nullptr) return gemm::kDecodeRoutingMaxRows;
+    const int x = std::atoi(v);
+    return std::clamp(x, 0, gemm::kDecodeRoutingMaxRows);
+  }();
+  return rows;
 }
 
 Support sm90_device_support() {
@@ -267,8 +282,14 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
                                   gemm::GroupedGemmConfig::kDecode;
   auto* tokens =
       decode ? reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens)) : nullptr;
-  detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
-                            stream, k, tokens, ws_at(workspace13, l.permute_scratch));
+  // Decode sizes on the decode config: the permutation in both GEMMs, the reduce in GEMM2's
+  // epilogue (two kernels; gemm::DecodeRouting).
+  const bool fused = decode && rows <= detail::decode_routing_max_rows();
+  const auto* topk_ids = in.topk_ids.ptr<const std::int32_t>();
+  auto* counters = reinterpret_cast<int*>(ws_at(workspace13, l.counters));
+  if (!fused)
+    detail::permute_by_expert(topk_ids, rows, e, offsets, sorted, prow, stream, k, tokens,
+                              ws_at(workspace13, l.permute_scratch));
   const std::int64_t elem = fp8 ? 1 : 2;
   const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
                                                         ws_at(workspace13, l.a_rounded), stream)
@@ -313,6 +334,15 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   // permutation, which writes the offsets, GEMM1 must not overlap.
   const bool rounded = a_src != in.a1q.values.data;
   g1.overlap_previous = !decode || rounded;
+  if (fused) {
+    g1.expert_offsets = nullptr;
+    g1.row_index = nullptr;
+    g1.routing.topk_ids = topk_ids;
+    g1.routing.top_k = k;
+    g1.routing.a_by_token = true;
+    g1.routing.clear = counters;
+    g1.routing.clear_count = static_cast<int>(gemm::decode_routing_counters(h));
+  }
   gemm::grouped_gemm(type_, g1);
 
   if (!decode) {
@@ -339,15 +369,23 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g2.d = ws_at(workspace13, l.out2);
   g2.a_scales = fp8 ? reinterpret_cast<const float*>(ws_at(workspace13, l.act_scales)) : nullptr;
   g2.b_scales = st.w2_scales;
-  gemm::grouped_gemm(type_, g2);
-
   // Llama4 applies the router weight on the input: the prepare already folded it in.
   const bool weights_on_input = p.apply_router_weight_on_input();
-  detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow,
-                               weights_on_input ? nullptr : in.topk_weights.ptr<const float>(), m,
-                               k, h, output.data, stream,
-                               st.w2_bias.defined() ? st.w2_bias.ptr<float>() : nullptr,
-                               in.topk_ids.ptr<const std::int32_t>());
+  const float* topk_weights = weights_on_input ? nullptr : in.topk_weights.ptr<const float>();
+  const float* bias2 = st.w2_bias.defined() ? st.w2_bias.ptr<float>() : nullptr;
+  if (fused) {
+    g2.routing = gemm::DecodeRouting{};
+    g2.routing.topk_ids = topk_ids;
+    g2.routing.top_k = k;
+    g2.routing.reduce_out = output.data;
+    g2.routing.topk_weights = topk_weights;
+    g2.routing.reduce_bias = bias2;
+    g2.routing.counters = counters;
+  }
+  gemm::grouped_gemm(type_, g2);
+  if (!fused)
+    detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow, topk_weights, m, k, h,
+                                 output.data, stream, bias2, topk_ids);
 }
 
 namespace detail {

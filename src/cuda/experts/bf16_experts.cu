@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cuda/experts/bf16_experts.hpp"
+#include "cuda/finalize/topk_reduce.cuh"
 #include "cuda/runtime/cuda_check.hpp"
 
 namespace moekit::cuda::detail {
@@ -227,13 +228,10 @@ __global__ void gather_rows_kernel(const char* __restrict__ src, long long row_b
 
 // out[t, c .. c+7] for one token t and 8 columns (16 bytes of bf16) per thread; a CTA covers
 // kReduceThreads * 8 columns of one token (blockIdx.x = t * slices + slice), so a decode-size M
-// still spreads over several SMs. Slots in order, kReduceUnroll at a time with all their loads
-// issued first (the latency chain of a slot loop was the cost at small M); separate multiply and
-// add (no FMA), the sum in slot order: unpermute_reduce's arithmetic.
+// still spreads over several SMs. The arithmetic: topk_reduce8 (cuda/finalize/topk_reduce.cuh).
 // kBias: GEMM2's per-expert bias is added to each slot's row before its weight (bias [E, H],
 // slot j's expert topk_ids[t, j]).
 constexpr int kReduceThreads = 128;
-constexpr int kReduceUnroll = 4;
 template <bool kBias>
 __global__ void __launch_bounds__(kReduceThreads)
     weighted_reduce_kernel(const __nv_bfloat16* __restrict__ expert_out,
@@ -244,50 +242,8 @@ __global__ void __launch_bounds__(kReduceThreads)
   const long long t = blockIdx.x / slices;
   const long long c = ((blockIdx.x % slices) * kReduceThreads + threadIdx.x) * 8ll;
   if (c >= hidden) return;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int j0 = 0; j0 < top_k; j0 += kReduceUnroll) {
-    int r[kReduceUnroll];
-    float w[kReduceUnroll];
-    uint4 raw[kReduceUnroll];
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) {
-      const int j = j0 + u;
-      r[u] = j < top_k ? permuted_row[t * top_k + j] : -1;
-      w[u] = j < top_k && topk_weights != nullptr ? topk_weights[t * top_k + j] : 1.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u)
-      raw[u] = r[u] >= 0 ? *reinterpret_cast<const uint4*>(expert_out + r[u] * hidden + c)
-                         : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) {
-      if (r[u] < 0) continue;
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
-      float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if constexpr (kBias) {
-        const float4* bp = reinterpret_cast<const float4*>(
-            bias + static_cast<long long>(topk_ids[t * top_k + j0 + u]) * hidden + c);
-        const float4 b0 = bp[0], b1 = bp[1];
-        b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w;
-        b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float2 v = __bfloat1622float2(h[i]);
-        if constexpr (kBias) {
-          v.x = __fadd_rn(v.x, b[2 * i]);
-          v.y = __fadd_rn(v.y, b[2 * i + 1]);
-        }
-        acc[2 * i] = __fadd_rn(acc[2 * i], __fmul_rn(w[u], v.x));
-        acc[2 * i + 1] = __fadd_rn(acc[2 * i + 1], __fmul_rn(w[u], v.y));
-      }
-    }
-  }
-  uint4 res;
-  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&res);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-  *reinterpret_cast<uint4*>(out + t * hidden + c) = res;
+  *reinterpret_cast<uint4*>(out + t * hidden + c) = topk_reduce8<kBias, false>(
+      expert_out, hidden, permuted_row, topk_weights, top_k, t, c, bias, hidden, topk_ids);
 }
 
 }  // namespace

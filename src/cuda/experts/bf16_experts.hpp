@@ -7,6 +7,9 @@
 //   -> (bf16 with the router weight on the input: round the prepare's f32 rows x * w to bf16)
 //   -> gather rows (+ their 1x128 scales) -> GEMM1 [R, 2I] -> SiLU-and-mul (+ fp8 quantize)
 //   -> GEMM2 [R, H] -> weighted top-k sum into [M, H] bf16 (unpermute_reduce's exact arithmetic).
+// bf16 on the decode config: GEMM1 gathers its rows and runs the activation itself; at decode sizes
+// (tokens * top_k <= decode_routing_max_rows()) both GEMMs also sort the rows by expert
+// themselves and GEMM2 runs the weighted sum (gemm::DecodeRouting): two kernels, the same bits.
 // The permute helpers are exposed for the benchmark and tests.
 #pragma once
 
@@ -65,6 +68,13 @@ inline char* ws_at(const TensorView& v, std::size_t off) {
 // A host copy of t when it lives on a device; an undefined Tensor when t is already on the host
 // (the caller then reads t itself). For the host-side weight preparation.
 Tensor host_copy_if_device(const Tensor& t);
+
+// Most routed rows (tokens * top_k) for which the experts fuse the permutation and the reduce into
+// the decode GEMMs (gemm::DecodeRouting: two kernels instead of four, the same results): all
+// that the GEMMs take (gemm::kDecodeRoutingMaxRows = 64) by default, measured faster or equal at
+// 1..8 tokens on every preset (docs/kernels/w4a16.md "Fused routing"); MOEKIT_DECODE_ROUTING=
+// <0..64> overrides it (0: never; a measurement override).
+int decode_routing_max_rows();
 
 // Largest expert count the permute kernel's shared-memory tables hold.
 constexpr int kMaxPermuteExperts = 512;

@@ -18,15 +18,15 @@ using detail::host_copy_if_device;
 using detail::ws_at;
 using detail::ws_up;
 
-
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
 // sorted_tokens: the token of each sorted row, GEMM1's row_index (it reads the unpermuted input
 // rows itself: no gathered copy). a_rounded: bf16 [M, H] when the router weight is applied on
 // the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
 // (detail::round_input_rows).
+// counters: the fused reduce's (decode sizes, gemm::DecodeRouting).
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, out2,
-      total;
+      counters, total;
 };
 Layout13 layout13(const MoeProblem& problem) {
   const int e = problem.layer.num_experts;
@@ -42,6 +42,9 @@ Layout13 layout13(const MoeProblem& problem) {
   l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a_rounded = p, p += problem.apply_router_weight_on_input() ? ws_up(m * hh * 2) : 0;
   l.out2 = p, p += ws_up(r * hh * 2);
+  l.counters = p,
+  p +=
+      ws_up(static_cast<std::size_t>(gemm::decode_routing_counters(problem.layer.hidden_size)) * 4);
   l.total = p;
   return l;
 }
@@ -167,8 +170,10 @@ class W4A16Experts : public ModularExperts {
     auto* sorted = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_ids));
     auto* prow = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.permuted_row));
     auto* tokens = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens));
-    detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream, k, tokens, ws_at(workspace13, l.permute_scratch));
+    const auto* topk_ids = in.topk_ids.ptr<const std::int32_t>();
+    // Llama4 applies the router weight on the input: the prepare already folded it in.
+    const bool weights_on_input = p.apply_router_weight_on_input();
+    const float* topk_weights = weights_on_input ? nullptr : in.topk_weights.ptr<const float>();
     // GEMM1 gathers its A rows itself (row_index = the token of each sorted row).
     const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
                                                           ws_at(workspace13, l.a_rounded), stream)
@@ -195,6 +200,23 @@ class W4A16Experts : public ModularExperts {
     g1.bias = w13_bias_.defined() ? w13_bias_.ptr<float>() : nullptr;
     g1.out = workspace2.data;
     g1.stream = stream;
+    // Decode sizes on decode tiles: the permutation in both GEMMs, the reduce in GEMM2's epilogue
+    // (two kernels; gemm::DecodeRouting). Otherwise permute -> GEMM1 -> GEMM2 -> reduce.
+    const bool fused = rows <= detail::decode_routing_max_rows() &&
+                       gemm::w4a16_resolve_tile(g1) == gemm::W4Tile::kDecode8;
+    auto* counters = reinterpret_cast<int*>(ws_at(workspace13, l.counters));
+    if (fused) {
+      g1.expert_offsets = nullptr;
+      g1.row_index = nullptr;
+      g1.routing.topk_ids = topk_ids;
+      g1.routing.top_k = k;
+      g1.routing.a_by_token = true;
+      g1.routing.clear = counters;
+      g1.routing.clear_count = static_cast<int>(gemm::decode_routing_counters(h));
+    } else {
+      detail::permute_by_expert(topk_ids, rows, e, offsets, sorted, prow, stream, k, tokens,
+                                ws_at(workspace13, l.permute_scratch));
+    }
     gemm::w4a16_grouped_gemm(g1);
 
     gemm::W4A16GemmArgs g2 = g1;
@@ -212,13 +234,18 @@ class W4A16Experts : public ModularExperts {
     g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;
     g2.bias = w2_bias_.defined() ? w2_bias_.ptr<float>() : nullptr;
     g2.out = ws_at(workspace13, l.out2);
+    if (fused) {
+      g2.routing = gemm::DecodeRouting{};
+      g2.routing.topk_ids = topk_ids;
+      g2.routing.top_k = k;
+      g2.routing.reduce_out = output.data;
+      g2.routing.topk_weights = topk_weights;
+      g2.routing.counters = counters;
+    }
     gemm::w4a16_grouped_gemm(g2);
-
-    // Llama4 applies the router weight on the input: the prepare already folded it in.
-    const bool weights_on_input = p.apply_router_weight_on_input();
-    detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow,
-                                 weights_on_input ? nullptr : in.topk_weights.ptr<const float>(),
-                                 m, k, h, output.data, stream);
+    if (!fused)
+      detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow, topk_weights, m, k, h,
+                                   output.data, stream);
   }
 
  private:

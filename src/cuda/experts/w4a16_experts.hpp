@@ -6,6 +6,9 @@
 //   -> W4A16 GEMM1 gathering its rows itself (row_index = sorted_tokens) with bias +
 //   SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias; a programmatic dependent of GEMM1)
 //   -> weighted top-k sum into [M, H] bf16 (cuda::detail::weighted_reduce_bf16).
+// At decode sizes (tokens * top_k <= cuda::detail::decode_routing_max_rows(), tile decode8) the
+// same in two kernels (gemm::DecodeRouting): both GEMMs sort the rows by expert themselves from
+// topk_ids, and GEMM2 runs the weighted sum in its epilogue; the same bits.
 // prepare_weights() shuffles the weights on the host (w4a16_shuffle_weights, experts in parallel)
 // and keeps device copies; NVFP4 global (encode) scales become per-expert alphas 1/gs.
 #pragma once

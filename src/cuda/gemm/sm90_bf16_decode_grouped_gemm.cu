@@ -48,6 +48,9 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
   p.k = static_cast<int>(args.k);
   p.m = static_cast<int>(args.max_rows);
   p.row_index = args.row_index;
+  sm90_decode::set_decode_routing(args.routing, "grouped_gemm(bf16, decode)", args.max_rows, args.n,
+                                  args.expert_offsets, args.row_index, args.gated == nullptr,
+                                  args.d, args.ldd, p);
   if (args.gated != nullptr) {
     p.bias = args.gated->bias;
     p.swiglu_alpha = args.gated->swiglu_alpha;
@@ -61,7 +64,8 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
                                     0,
                                     0,
                                     args.overlap_previous,
-                                    static_cast<cudaStream_t>(args.stream)};
+                                    static_cast<cudaStream_t>(args.stream),
+                                    args.routing.topk_ids != nullptr};
   // Rows per expert that can hold rows (host-known, as for kAuto): 8-token units up to 8.
   const std::int64_t holders =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.max_rows));

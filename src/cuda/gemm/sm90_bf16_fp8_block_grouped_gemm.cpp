@@ -203,7 +203,8 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                    a.gated != nullptr ? ">= n / 2 (gated) and a multiple of 8"
                                       : ">= n and a multiple of 8",
                    a.ldd);
-  MOEKIT_CHECK_ARG(a.expert_offsets != nullptr, "expert_offsets", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(a.expert_offsets != nullptr || a.routing.topk_ids != nullptr, "expert_offsets",
+                   "a device pointer (null only with routing.topk_ids)", "null");
   MOEKIT_CHECK_ARG(a.a != nullptr && aligned16(a.a), "a", "a 16-byte aligned device pointer", a.a);
   MOEKIT_CHECK_ARG(a.b != nullptr && aligned16(a.b), "b", "a 16-byte aligned device pointer", a.b);
   MOEKIT_CHECK_ARG(a.d != nullptr && aligned16(a.d), "d", "a 16-byte aligned device pointer", a.d);
@@ -228,6 +229,8 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                      grouped_gemm_config_name(config));
     MOEKIT_CHECK_ARG(a.gated == nullptr, "gated", "null unless the config is decode",
                      grouped_gemm_config_name(config));
+    MOEKIT_CHECK_ARG(a.routing.topk_ids == nullptr, "routing.topk_ids",
+                     "null unless the config is decode", grouped_gemm_config_name(config));
   }
   if (a.max_rows == 0) return;
 #if MOEKIT_WITH_CUTLASS

@@ -20,8 +20,18 @@
 // after one cluster barrier, warp 0 of CTA rank 0 reads them through DSMEM in
 // (rank, warp) order (deterministic, no atomics, no workspace) and runs the
 // epilogue. Launched without a cluster, S = 1 and this is the CTA-only path.
+//
+// Fused routing (Params::topk_ids, moekit/gemm/decode_routing.hpp): warp 0 of every CTA sorts the
+// <= kDecodeRoutingMaxRows rows by expert in shared memory (warp_permutation) before the prologue,
+// and the offsets / row_index point there. With reduce_out, the epilogue warp of each unit counts
+// the unit on its column block's counter (fence, then an atomic whose result it reads only at its
+// next unit end, so that the streaming does not wait for it); the unit that completes a block runs
+// the block's weighted top-k reduce (topk_reduce8) from the other units' stored rows.
 #pragma once
 
+#include "cuda/finalize/topk_reduce.cuh"
+#include "cuda/permute/warp_permutation.cuh"
+#include "moekit/gemm/decode_routing.hpp"
 #include "sm90_decode_weight_codecs.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 
@@ -54,14 +64,50 @@ struct DecodeConfig {
 };
 
 // Shared memory: the codec's table, the token-tile prefix [E + 1], the split-K reduction buffer.
+// The fused routing's kernel sizes its tables for kDecodeRoutingMaxExperts instead (fixed
+// addresses: no registers for them in the streaming loop) and adds the offsets [E + 1] it computes
+// and, after the split-K buffer, its scratch [E], the sorted rows' tokens and the assignments'
+// sorted rows [kDecodeRoutingMaxRows] each.
 template <typename Cfg, typename Codec>
 constexpr int tile_start_offset() {
   return Codec::kSmemBytes;
 }
+__host__ __device__ constexpr int expert_table_bytes(int num_experts) {
+  return ((num_experts + 1) * 4 + 127) / 128 * 128;
+}
+constexpr int kRoutedTable = expert_table_bytes(kDecodeRoutingMaxExperts);
+constexpr int kRoutedScratch = (kDecodeRoutingMaxExperts + 2 * kDecodeRoutingMaxRows) * 4;
 template <typename Cfg, typename Codec>
-int decode_smem_bytes(int num_experts) {
-  return tile_start_offset<Cfg, Codec>() + ((num_experts + 1) * 4 + 127) / 128 * 128 +
-         Cfg::kRedBytes;
+int decode_smem_bytes(int num_experts, bool routed) {
+  if (routed)
+    return tile_start_offset<Cfg, Codec>() + 2 * kRoutedTable + Cfg::kRedBytes + kRoutedScratch;
+  return tile_start_offset<Cfg, Codec>() + expert_table_bytes(num_experts) + Cfg::kRedBytes;
+}
+
+// The fused reduce (DecodeRouting::reduce_out) of the column blocks in list[0, count), by all
+// kThreads threads of the CTA: item it = (block, token, 8 columns), all blocks' items spread over
+// the threads (the blocks a CTA completes are those whose last unit it ran, often several at its
+// end: one at a time, their load chains would add up). The counted units' rows are visible: their
+// CTAs fenced before counting, the counting warp fenced after reading the counts, then a CTA
+// barrier.
+template <typename Cfg>
+__device__ __forceinline__ void fused_reduce_blocks(const Params& p, const int* permuted_row,
+                                                    const int* list, int count, int tid) {
+  constexpr int kChunks = Cfg::kRows / 8;
+  const int tokens = p.m / p.top_k;
+  const int per_block = tokens * kChunks;
+  for (int it = tid; it < count * per_block; it += Cfg::kThreads) {
+    const int rb = list[it / per_block], r = it % per_block;
+    const int t = r / kChunks, c = rb * Cfg::kRows + (r % kChunks) * 8;
+    if (c >= p.n) continue;  // the last block's columns past N
+    const uint4 v =
+        p.reduce_bias != nullptr
+            ? cuda::topk_reduce8<true, true>(p.out, p.ldo, permuted_row, p.topk_weights, p.top_k, t,
+                                             c, p.reduce_bias, p.n, p.topk_ids)
+            : cuda::topk_reduce8<false, true>(p.out, p.ldo, permuted_row, p.topk_weights, p.top_k,
+                                              t, c, nullptr, p.n, p.topk_ids);
+    *reinterpret_cast<uint4*>(p.reduce_out + static_cast<std::int64_t>(t) * p.n + c) = v;
+  }
 }
 
 __device__ __forceinline__ std::uint32_t cluster_reg_ctarank() {
@@ -136,23 +182,42 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
 // kStages items and an L2 prefetch of the first unit run before pdl_wait; the
 // activations after it; it also lets its own dependent launch early.
 // kPdl = false is the v4 kernel, unchanged (no griddepcontrol at all).
-template <typename Cfg, typename Codec, int kEpi, bool kPdl = false>
+// kRouted: the fused routing (Params::topk_ids non-null); false is the kernel without it.
+template <typename Cfg, typename Codec, int kEpi, bool kPdl = false, bool kRouted = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     decode_grouped_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kTileStart = tile_start_offset<Cfg, Codec>();
+  const int table = kRouted ? kRoutedTable : expert_table_bytes(p.num_experts);
   int* tile_start = reinterpret_cast<int*>(smem + kTileStart);
-  float* red =
-      reinterpret_cast<float*>(smem + kTileStart + ((p.num_experts + 1) * 4 + 127) / 128 * 128);
+  float* red = reinterpret_cast<float*>(smem + kTileStart + (kRouted ? 2 : 1) * table);
+  // Fused routing: its tables (the offsets; the sorted rows' tokens: GEMM1's row index).
+  int* offsets = reinterpret_cast<int*>(smem + kTileStart + table);
+  int* r_running = reinterpret_cast<int*>(smem + kTileStart + 2 * table + Cfg::kRedBytes);
+  int* r_tokens = r_running + kDecodeRoutingMaxExperts;
+  int* r_permuted = r_tokens + kDecodeRoutingMaxRows;
   const int tid = threadIdx.x, lane = tid % 32, wk = tid / 32;
   const int g = lane / 4, t = lane % 4;
 
+  if constexpr (kRouted) {
+    if (p.clear != nullptr && blockIdx.x == 0) {
+      if constexpr (kPdl) pdl_wait();  // a write: after the previous kernel
+      for (int i = tid; i < p.clear_count; i += Cfg::kThreads) p.clear[i] = 0;
+    }
+  }
+
   if constexpr (kPdl) pdl_launch_dependents();
   Codec::init_smem(smem, tid, Cfg::kThreads);
-  // kPdl: before pdl_wait only expert_offsets, w and w_scales are read (a PDL
+  // kPdl: before pdl_wait only expert_offsets (or topk_ids), w and w_scales are read (a PDL
   // launch requires that the previous kernel writes none of them).
   if (wk == 0) {
-    prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
+    if constexpr (kRouted) {
+      cuda::warp_permutation<kDecodeRoutingMaxRows / 32, Cfg::kTokens>(
+          p.topk_ids, p.m, p.num_experts, p.top_k, lane, offsets, r_running, r_tokens, r_permuted,
+          tile_start);
+    } else {
+      prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
+    }
   }
   __syncthreads();
 
@@ -166,6 +231,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int crank = static_cast<int>(cluster_reg_ctarank());
   const int cid = static_cast<int>(blockIdx.x) / csize;
   const int nclusters = static_cast<int>(gridDim.x) / csize;
+  if constexpr (kRouted && kEpi == 0) {
+    if (p.reduce_out != nullptr && total_tiles == 0) {
+      // No routed row: every token's sum over no slots is 0 (what the reduce kernel writes).
+      if constexpr (kPdl) pdl_wait();
+      const std::int64_t words = static_cast<std::int64_t>(p.m / p.top_k) * p.n / 8;
+      for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * Cfg::kThreads + tid; i < words;
+           i += static_cast<std::int64_t>(gridDim.x) * Cfg::kThreads)
+        reinterpret_cast<uint4*>(p.reduce_out)[i] = make_uint4(0u, 0u, 0u, 0u);
+      return;  // uniform over the grid
+    }
+  }
   if (cid >= units) return;  // uniform over the cluster
   const int my_units = (units - 1 - cid) / nclusters + 1;
   const int chunks = Codec::chunks(p.k);
@@ -184,8 +260,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int e = expert_of_tile(tile_start, p.num_experts, tt);
     Unit un;
     un.e = e;
-    un.row_begin = expert_offset(p, e) + (tt - tile_start[e]) * Cfg::kTokens;
-    un.row_end = expert_offset(p, e + 1);
+    un.row_begin =
+        (kRouted ? offsets[e] : expert_offset(p, e)) + (tt - tile_start[e]) * Cfg::kTokens;
+    un.row_end = kRouted ? offsets[e + 1] : expert_offset(p, e + 1);
     un.rt0 = (u / total_tiles) * Cfg::kTilesM;
     return un;
   };
@@ -224,7 +301,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
       const int row = un.row_begin + nt * 8 + g;
       x_ok[nt] = row < un.row_end;
-      const std::int64_t src = x_ok[nt] ? (p.row_index ? p.row_index[row] : row) : 0;
+      std::int64_t src = 0;
+      if (x_ok[nt]) {
+        if constexpr (kRouted)
+          src = p.a_by_token ? r_tokens[row] : row;
+        else
+          src = p.row_index ? p.row_index[row] : row;
+      }
       xptr[nt] = p.a + src * p.lda + Codec::lane_k(t);
     }
   };
@@ -382,6 +465,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           cu_ci = 0;
           ++cu_unit;
         }
+      }
+    }
+  }
+  if constexpr (kRouted && kEpi == 0) {
+    // The fused reduce, after the streaming (a fence in the loop would wait for the warp's loads
+    // in flight): the epilogue warp counts this CTA's units on their blocks' counters, 32 at a time
+    // (one fence for all their rows before, all atomics in flight together), lists the blocks
+    // whose last unit it counted (in the routing scratch, free after the prologue), and the whole
+    // CTA reduces them.
+    if (p.reduce_out != nullptr && crank == 0) {  // uniform over the CTA
+      int* list = r_running;                      // [0]: count, then <= 32 blocks
+      if (wk == 0) {
+        __threadfence();  // release: this CTA's rows before its counts
+        __syncwarp();
+      }
+      for (int i0 = 0; i0 < my_units; i0 += 32) {
+        if (wk == 0) {
+          const int i = i0 + lane;
+          const int block = (cid + i * nclusters) / total_tiles;
+          const bool done = i < my_units && atomicAdd(p.counters + block, 1) == total_tiles - 1;
+          const unsigned last = __ballot_sync(0xFFFFFFFFu, done);
+          __threadfence();  // acquire: the rows the counted units' CTAs fenced
+          if (done) {
+            list[1 + __popc(last & ((1u << lane) - 1u))] = block;
+            p.counters[block] = 0;  // no unit of this launch counts on it any more
+          }
+          if (lane == 0) list[0] = __popc(last);
+        }
+        __syncthreads();
+        fused_reduce_blocks<Cfg>(p, r_permuted, list + 1, list[0], tid);
+        __syncthreads();  // the list's next round
       }
     }
   }

@@ -17,6 +17,7 @@
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/gemm/decode_routing.hpp"
 #include "sm90_decode_grouped_gemm.cuh"
 
 namespace moekit::gemm::sm90_decode {
@@ -31,7 +32,65 @@ struct DecodeLaunch {
   int max_ctas;           // cap on the grid; 0 = the device
   bool overlap_previous;  // PDL (sm90_decode_grouped_gemm.cuh, kPdl)
   cudaStream_t stream;
+  bool routed = false;  // fused routing (Params::topk_ids): its shared-memory tables
 };
+
+// Validates a DecodeRouting of a launch with m rows and n output columns (`what` = the API entry,
+// arguments named "routing.<field>") and copies it into params. plain: the launch has no gated
+// epilogue (the reduce needs GEMM2's plain rows); out / ldo: where the launch writes its rows.
+inline void set_decode_routing(const DecodeRouting& r, const char* what, std::int64_t m,
+                               std::int64_t n, const void* expert_offsets, const void* row_index,
+                               bool plain, const void* out, std::int64_t ldo, Params& params) {
+  if (r.topk_ids == nullptr) {
+    MOEKIT_CHECK_ARG(r.reduce_out == nullptr, "routing.reduce_out", "null without routing.topk_ids",
+                     r.reduce_out);
+    MOEKIT_CHECK_ARG(r.clear == nullptr, "routing.clear", "null without routing.topk_ids",
+                     static_cast<const void*>(r.clear));
+    return;
+  }
+  const auto aligned16 = [](const void* q) {
+    return reinterpret_cast<std::uintptr_t>(q) % 16 == 0;
+  };
+  MOEKIT_CHECK_ARG(
+      m <= kDecodeRoutingMaxRows, "m",
+      ::moekit::detail::concat("<= ", kDecodeRoutingMaxRows, " with routing.topk_ids (", what, ")"),
+      m);
+  MOEKIT_CHECK_ARG(params.num_experts <= kDecodeRoutingMaxExperts, "num_experts",
+                   ::moekit::detail::concat("<= ", kDecodeRoutingMaxExperts,
+                                            " with routing.topk_ids (", what, ")"),
+                   params.num_experts);
+  MOEKIT_CHECK_ARG(r.top_k >= 1 && m % r.top_k == 0, "routing.top_k",
+                   ::moekit::detail::concat(">= 1 and dividing m = ", m), r.top_k);
+  MOEKIT_CHECK_ARG(expert_offsets == nullptr, "expert_offsets", "null with routing.topk_ids",
+                   expert_offsets);
+  MOEKIT_CHECK_ARG(row_index == nullptr, "row_index",
+                   "null with routing.topk_ids (routing.a_by_token gathers the tokens)", row_index);
+  MOEKIT_CHECK_ARG(r.clear_count >= 0 && (r.clear_count == 0 || r.clear != nullptr),
+                   "routing.clear_count", "0, or >= 0 with routing.clear", r.clear_count);
+  if (r.reduce_out != nullptr) {
+    MOEKIT_CHECK_ARG(plain, "routing.reduce_out", "null with a gated epilogue", r.reduce_out);
+    MOEKIT_CHECK_ARG(aligned16(r.reduce_out), "routing.reduce_out", "16-byte aligned",
+                     r.reduce_out);
+    MOEKIT_CHECK_ARG(aligned16(out) && ldo % 8 == 0, "out",
+                     "16-byte aligned with a row stride % 8 == 0 (routing.reduce_out reads it)",
+                     ::moekit::detail::concat(out, ", stride ", ldo));
+    MOEKIT_CHECK_ARG(r.counters != nullptr, "routing.counters",
+                     ::moekit::detail::concat("a device pointer (", decode_routing_counters(n),
+                                              " ints, zero) with routing.reduce_out"),
+                     "null");
+    MOEKIT_CHECK_ARG(r.reduce_bias == nullptr || aligned16(r.reduce_bias), "routing.reduce_bias",
+                     "16-byte aligned", r.reduce_bias);
+  }
+  params.topk_ids = r.topk_ids;
+  params.top_k = r.top_k;
+  params.a_by_token = r.a_by_token ? 1 : 0;
+  params.reduce_out = static_cast<__nv_bfloat16*>(r.reduce_out);
+  params.topk_weights = r.topk_weights;
+  params.reduce_bias = r.reduce_bias;
+  params.counters = r.counters;
+  params.clear = r.clear;
+  params.clear_count = r.clear_count;
+}
 
 inline int multiprocessors() {
   static const int count = cuda::current_device_multiprocessors();
@@ -125,13 +184,25 @@ int choose_k_split(const DecodeLaunch& l, int per_sm) {
 }
 
 // kPdl: launched as a programmatic dependent of the previous kernel (l.overlap_previous).
-template <typename Cfg, typename Codec, int kEpi, bool kPdl = false>
+// kRouted: the fused routing (l.routed); kRoutable = false: this configuration has no routed
+// kernel (l.routed is then an error: the caller resolves its configuration first).
+template <typename Cfg, typename Codec, int kEpi, bool kRoutable = true, bool kPdl = false,
+          bool kRouted = false>
 void launch_decode(const DecodeLaunch& l, const Params& params) {
   if constexpr (!kPdl) {
-    if (l.overlap_previous) return launch_decode<Cfg, Codec, kEpi, true>(l, params);
+    if (l.overlap_previous) return launch_decode<Cfg, Codec, kEpi, kRoutable, true>(l, params);
   }
-  auto kernel = decode_grouped_gemm_kernel<Cfg, Codec, kEpi, kPdl>;
-  const int smem = decode_smem_bytes<Cfg, Codec>(l.num_experts);
+  if constexpr (!kRouted) {
+    if (l.routed) {
+      if constexpr (kRoutable)
+        return launch_decode<Cfg, Codec, kEpi, kRoutable, kPdl, true>(l, params);
+      else
+        MOEKIT_FAIL(l.what, ": routing.topk_ids: this decode configuration (", Cfg::kRows, " x ",
+                    Cfg::kTokens, ") has no fused routing");
+    }
+  }
+  auto kernel = decode_grouped_gemm_kernel<Cfg, Codec, kEpi, kPdl, kRouted>;
+  const int smem = decode_smem_bytes<Cfg, Codec>(l.num_experts, kRouted);
   MOEKIT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
@@ -58,9 +59,16 @@ using Mid32 = TileConfig<4, 1, 1, 2, 4, 4>;
 using Large = TileConfig<4, 1, 1, 2, 8, 4>;
 
 DecodeLaunch decode_launch(const W4A16GemmArgs& args) {
-  return {"w4a16_grouped_gemm", args.num_experts,   args.m,
-          args.n,               args.k,             args.k_split,
-          args.max_ctas,        args.overlap_previous, static_cast<cudaStream_t>(args.stream)};
+  return {"w4a16_grouped_gemm",
+          args.num_experts,
+          args.m,
+          args.n,
+          args.k,
+          args.k_split,
+          args.max_ctas,
+          args.overlap_previous,
+          static_cast<cudaStream_t>(args.stream),
+          args.routing.topk_ids != nullptr};
 }
 
 // Decode tiles: sm90_decode_launch.cuh (optional cluster split-K, PDL). mid32 / large (this file's
@@ -69,8 +77,10 @@ DecodeLaunch decode_launch(const W4A16GemmArgs& args) {
 template <typename Cfg, bool kNvfp4, int kEpi>
 void launch_config(const W4A16GemmArgs& args, const Params& params) {
   if constexpr (!requires { Cfg::kWarpsM; }) {
-    return sm90_decode::launch_decode<Cfg, sm90_decode::W4Codec<kNvfp4>, kEpi>(decode_launch(args),
-                                                                               params);
+    // The fused routing (decode sizes: kAuto picks decode8) is built for the decode8 configs only.
+    constexpr bool kRoutable = !std::is_same_v<Cfg, Decode16> && !std::is_same_v<Cfg, Decode16Wide>;
+    return sm90_decode::launch_decode<Cfg, sm90_decode::W4Codec<kNvfp4>, kEpi, kRoutable>(
+        decode_launch(args), params);
   } else {
     auto kernel = w4a16_grouped_gemm_kernel<Cfg, kNvfp4, kEpi>;
     const int smem = Cfg::smem_bytes(args.num_experts);
@@ -169,8 +179,12 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   MOEKIT_CHECK_ARG(ldo >= out_width, "ldo", ">= output width " + std::to_string(out_width), ldo);
   MOEKIT_CHECK_ARG(args.k_split >= 0 && args.k_split <= 8, "k_split", "in [0, 8]", args.k_split);
   if (args.m == 0) return;
-  MOEKIT_CHECK_ARG(args.expert_offsets != nullptr || args.num_experts == 1, "expert_offsets",
-                   "a device pointer (null only for num_experts == 1: dense)", "null");
+  const bool routed = args.routing.topk_ids != nullptr;
+  MOEKIT_CHECK_ARG(args.expert_offsets != nullptr || args.num_experts == 1 || routed,
+                   "expert_offsets",
+                   "a device pointer (null only for num_experts == 1: dense, or with "
+                   "routing.topk_ids)",
+                   "null");
   MOEKIT_CHECK_ARG(args.a != nullptr, "a", "a device pointer", "null");
   MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.a) % 16 == 0, "a", "16-byte aligned",
                    args.a);
@@ -201,9 +215,14 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   params.swiglu_alpha = args.swiglu_alpha;
   params.swiglu_limit = args.swiglu_limit;
   params.m = static_cast<int>(args.m);
+  sm90_decode::set_decode_routing(args.routing, "w4a16_grouped_gemm", args.m, args.n,
+                                  args.expert_offsets, args.row_index, !is_gated, args.out, ldo,
+                                  params);
 
   W4A16GemmArgs resolved = args;
   resolved.tile = w4a16_resolve_tile(args);
+  MOEKIT_CHECK_ARG(!routed || resolved.tile == W4Tile::kDecode8, "routing.topk_ids",
+                   "null unless the tile is decode8", w4_tile_name(resolved.tile));
   switch (resolved.tile) {
     case W4Tile::kDecode8: {
       // Wide when its units fill at least half of the CTA slots (4 per SM).

@@ -40,6 +40,17 @@ struct Params {
   float swiglu_alpha;
   float swiglu_limit;
   int m;  // rows; used when expert_offsets is null (dense: one expert, rows [0, m))
+  // Decode kernel only (sm90_decode_grouped_gemm.cuh): the fused routing of DecodeRouting
+  // (moekit/gemm/decode_routing.hpp); topk_ids null = off.
+  const std::int32_t* topk_ids;
+  int top_k;
+  int a_by_token;
+  __nv_bfloat16* reduce_out;
+  const float* topk_weights;
+  const float* reduce_bias;
+  int* counters;
+  int* clear;
+  int clear_count;
 };
 
 // Programmatic dependent launch (PDL, decode kernel with kPdl).

@@ -1,0 +1,56 @@
+// Decode-size routing fused into the decode grouped GEMMs (the W4A16 decode tiles and the bf16
+// decode config), so that the whole experts apply() at a few tokens is two kernels instead of four:
+//
+//   GEMM1 (routing.topk_ids, a_by_token): every CTA sorts the rows by expert itself, from topk_ids,
+//     in shared memory, instead of reading expert_offsets / row_index written by a permute kernel;
+//     its A rows are the tokens (the unpermuted input).
+//   GEMM2 (routing.topk_ids, reduce_out): the same sort; A in sorted order (GEMM1's output); the
+//     last unit to finish a block of output columns runs the weighted top-k reduce of that block
+//     into reduce_out, instead of a reduce kernel.
+//
+// The sort gives the positions of permute.hpp (rows grouped by expert, ascending assignment index
+// inside an expert: what permute_by_expert writes), and the reduce the operations and order of
+// weighted_reduce_bf16, so a fused apply() is bitwise equal to the four-kernel one.
+#pragma once
+
+#include <cstdint>
+
+namespace moekit::gemm {
+
+// Most routed rows (tokens * top_k) a fused launch takes: the sort runs in one warp of every CTA,
+// and the reduce of a column block in one warp.
+constexpr int kDecodeRoutingMaxRows = 64;
+// Most experts a fused launch takes (its shared-memory tables have fixed places).
+constexpr int kDecodeRoutingMaxExperts = 512;
+
+// Counters a fused reduce over n output columns needs (one per 16 columns; enough for every
+// decode configuration).
+constexpr std::int64_t decode_routing_counters(std::int64_t n) { return (n + 15) / 16; }
+
+struct DecodeRouting {
+  // Device i32 [m] (m = the GEMM's rows = tokens * top_k, at most kDecodeRoutingMaxRows): the
+  // expert of each (token, slot), row-major [tokens, top_k]. Ids outside [0, E) are not routed
+  // (another rank's experts). Null: fusion off (expert_offsets / row_index as usual). Non-null:
+  // expert_offsets and row_index must be null. Read in the prologue: under PDL
+  // (overlap_previous) the previous kernel must not write it.
+  const std::int32_t* topk_ids = nullptr;
+  int top_k = 0;
+  // A row of sorted row r: its token (r's assignment / top_k, the unpermuted input: GEMM1) or r
+  // (A already in sorted order: GEMM2).
+  bool a_by_token = false;
+  // Weighted top-k reduce (plain epilogue only): reduce_out[t, c] = bf16(sum_j w[t, j] *
+  // (out[row(t, j), c] + reduce_bias[e(t, j), c])) over the routed slots j in slot order, f32,
+  // each product and sum rounded as weighted_reduce_bf16 does. `out` (sorted rows) is still
+  // written. Null: off.
+  void* reduce_out = nullptr;           // device bf16 [tokens, n], 16-byte aligned
+  const float* topk_weights = nullptr;  // device f32 [tokens, top_k]; null = every weight 1
+  const float* reduce_bias = nullptr;   // optional device f32 [E, n] (16-byte aligned)
+  // Device, decode_routing_counters(n) ints, zero when the launch starts; the launch leaves them
+  // zero. A workspace that may hold anything is cleared by the GEMM before (clear, below).
+  int* counters = nullptr;
+  // Zeroed by this launch before it finishes (GEMM1 clears GEMM2's counters). Optional.
+  int* clear = nullptr;
+  int clear_count = 0;
+};
+
+}  // namespace moekit::gemm
