@@ -53,4 +53,30 @@ struct DecodeRouting {
   int clear_count = 0;
 };
 
+// The routing of an experts apply()'s two GEMMs. GEMM1: A rows by token; it clears GEMM2's
+// counters (decode_routing_counters(hidden) ints).
+inline DecodeRouting decode_routing_gemm1(const std::int32_t* topk_ids, int top_k,
+                                          int* gemm2_counters, std::int64_t hidden) {
+  DecodeRouting r;
+  r.topk_ids = topk_ids;
+  r.top_k = top_k;
+  r.a_by_token = true;
+  r.clear = gemm2_counters;
+  r.clear_count = static_cast<int>(decode_routing_counters(hidden));
+  return r;
+}
+// GEMM2: A in sorted order; the weighted reduce into reduce_out.
+inline DecodeRouting decode_routing_gemm2(const std::int32_t* topk_ids, int top_k, void* reduce_out,
+                                          const float* topk_weights, const float* reduce_bias,
+                                          int* counters) {
+  DecodeRouting r;
+  r.topk_ids = topk_ids;
+  r.top_k = top_k;
+  r.reduce_out = reduce_out;
+  r.topk_weights = topk_weights;
+  r.reduce_bias = reduce_bias;
+  r.counters = counters;
+  return r;
+}
+
 }  // namespace moekit::gemm

@@ -337,11 +337,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   if (fused) {
     g1.expert_offsets = nullptr;
     g1.row_index = nullptr;
-    g1.routing.topk_ids = topk_ids;
-    g1.routing.top_k = k;
-    g1.routing.a_by_token = true;
-    g1.routing.clear = counters;
-    g1.routing.clear_count = static_cast<int>(gemm::decode_routing_counters(h));
+    g1.routing = gemm::decode_routing_gemm1(topk_ids, k, counters, h);
   }
   gemm::grouped_gemm(type_, g1);
 
@@ -373,15 +369,9 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const bool weights_on_input = p.apply_router_weight_on_input();
   const float* topk_weights = weights_on_input ? nullptr : in.topk_weights.ptr<const float>();
   const float* bias2 = st.w2_bias.defined() ? st.w2_bias.ptr<float>() : nullptr;
-  if (fused) {
-    g2.routing = gemm::DecodeRouting{};
-    g2.routing.topk_ids = topk_ids;
-    g2.routing.top_k = k;
-    g2.routing.reduce_out = output.data;
-    g2.routing.topk_weights = topk_weights;
-    g2.routing.reduce_bias = bias2;
-    g2.routing.counters = counters;
-  }
+  if (fused)
+    g2.routing =
+        gemm::decode_routing_gemm2(topk_ids, k, output.data, topk_weights, bias2, counters);
   gemm::grouped_gemm(type_, g2);
   if (!fused)
     detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow, topk_weights, m, k, h,

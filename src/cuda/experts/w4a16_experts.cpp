@@ -208,11 +208,7 @@ class W4A16Experts : public ModularExperts {
     if (fused) {
       g1.expert_offsets = nullptr;
       g1.row_index = nullptr;
-      g1.routing.topk_ids = topk_ids;
-      g1.routing.top_k = k;
-      g1.routing.a_by_token = true;
-      g1.routing.clear = counters;
-      g1.routing.clear_count = static_cast<int>(gemm::decode_routing_counters(h));
+      g1.routing = gemm::decode_routing_gemm1(topk_ids, k, counters, h);
     } else {
       detail::permute_by_expert(topk_ids, rows, e, offsets, sorted, prow, stream, k, tokens,
                                 ws_at(workspace13, l.permute_scratch));
@@ -234,14 +230,9 @@ class W4A16Experts : public ModularExperts {
     g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;
     g2.bias = w2_bias_.defined() ? w2_bias_.ptr<float>() : nullptr;
     g2.out = ws_at(workspace13, l.out2);
-    if (fused) {
-      g2.routing = gemm::DecodeRouting{};
-      g2.routing.topk_ids = topk_ids;
-      g2.routing.top_k = k;
-      g2.routing.reduce_out = output.data;
-      g2.routing.topk_weights = topk_weights;
-      g2.routing.counters = counters;
-    }
+    if (fused)
+      g2.routing =
+          gemm::decode_routing_gemm2(topk_ids, k, output.data, topk_weights, nullptr, counters);
     gemm::w4a16_grouped_gemm(g2);
     if (!fused)
       detail::weighted_reduce_bf16(ws_at(workspace13, l.out2), prow, topk_weights, m, k, h,

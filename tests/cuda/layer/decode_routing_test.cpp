@@ -190,17 +190,10 @@ void run_w4a16(const Case& c, gemm::W4Format f, gemm::W4Epilogue epi, std::uint3
   for (int rep = 0; rep < 2; ++rep) {  // fused; the second run starts from the left counters
     gemm::W4A16GemmArgs a = g1, b = g2;
     a.a = fused.x.ptr, a.out = fused.act.ptr;
-    a.routing.topk_ids = fused.ids.ptr;
-    a.routing.top_k = c.top_k;
-    a.routing.a_by_token = true;
-    a.routing.clear = fused.counters.ptr;
-    a.routing.clear_count = static_cast<int>(fused.counters.count);
+    a.routing = gemm::decode_routing_gemm1(fused.ids.ptr, c.top_k, fused.counters.ptr, kH);
     b.a = fused.act.ptr, b.out = fused.out2.ptr;
-    b.routing.topk_ids = fused.ids.ptr;
-    b.routing.top_k = c.top_k;
-    b.routing.reduce_out = fused.out.ptr;
-    b.routing.topk_weights = fused.weights.ptr;
-    b.routing.counters = fused.counters.ptr;
+    b.routing = gemm::decode_routing_gemm2(fused.ids.ptr, c.top_k, fused.out.ptr, fused.weights.ptr,
+                                           nullptr, fused.counters.ptr);
     gemm::w4a16_grouped_gemm(a);
     gemm::w4a16_grouped_gemm(b);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -280,18 +273,10 @@ void run_bf16(const Case& c, Activation kind, std::uint32_t seed) {
   for (int rep = 0; rep < 2; ++rep) {
     gemm::GroupedGemmArgs a = g1, b = g2;
     a.a = fused.x.ptr, a.d = fused.act.ptr;
-    a.routing.topk_ids = fused.ids.ptr;
-    a.routing.top_k = c.top_k;
-    a.routing.a_by_token = true;
-    a.routing.clear = fused.counters.ptr;
-    a.routing.clear_count = static_cast<int>(fused.counters.count);
+    a.routing = gemm::decode_routing_gemm1(fused.ids.ptr, c.top_k, fused.counters.ptr, kH);
     b.a = fused.act.ptr, b.d = fused.out2.ptr;
-    b.routing.topk_ids = fused.ids.ptr;
-    b.routing.top_k = c.top_k;
-    b.routing.reduce_out = fused.out.ptr;
-    b.routing.topk_weights = fused.weights.ptr;
-    b.routing.reduce_bias = b2.ptr;
-    b.routing.counters = fused.counters.ptr;
+    b.routing = gemm::decode_routing_gemm2(fused.ids.ptr, c.top_k, fused.out.ptr, fused.weights.ptr,
+                                           b2.ptr, fused.counters.ptr);
     gemm::grouped_gemm(bf16, a);
     gemm::grouped_gemm(bf16, b);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
