@@ -1,12 +1,12 @@
-// Decode-size routing fused into the decode grouped GEMMs (the W4A16 decode tiles and the bf16
+// Decode-size routing fused into the decode grouped GEMMs (the W4A16 decode8 tile and the bf16
 // decode config), so that the whole experts apply() at a few tokens is two kernels instead of four:
 //
 //   GEMM1 (routing.topk_ids, a_by_token): every CTA sorts the rows by expert itself, from topk_ids,
 //     in shared memory, instead of reading expert_offsets / row_index written by a permute kernel;
 //     its A rows are the tokens (the unpermuted input).
 //   GEMM2 (routing.topk_ids, reduce_out): the same sort; A in sorted order (GEMM1's output); the
-//     last unit to finish a block of output columns runs the weighted top-k reduce of that block
-//     into reduce_out, instead of a reduce kernel.
+//     CTA that counts the last unit of a block of output columns (after its streaming loop) runs
+//     the weighted top-k reduce of that block into reduce_out, instead of a reduce kernel.
 //
 // The sort gives the positions of permute.hpp (rows grouped by expert, ascending assignment index
 // inside an expert: what permute_by_expert writes), and the reduce the operations and order of
@@ -17,8 +17,8 @@
 
 namespace moekit::gemm {
 
-// Most routed rows (tokens * top_k) a fused launch takes: the sort runs in one warp of every CTA,
-// and the reduce of a column block in one warp.
+// Most routed rows (tokens * top_k) a fused launch takes: the sort runs in one warp of every CTA
+// (two 32-row chunks), and its tables sit in every CTA's shared memory.
 constexpr int kDecodeRoutingMaxRows = 64;
 // Most experts a fused launch takes (its shared-memory tables have fixed places).
 constexpr int kDecodeRoutingMaxExperts = 512;

@@ -21,12 +21,12 @@
 // (rank, warp) order (deterministic, no atomics, no workspace) and runs the
 // epilogue. Launched without a cluster, S = 1 and this is the CTA-only path.
 //
-// Fused routing (Params::topk_ids, moekit/gemm/decode_routing.hpp): warp 0 of every CTA sorts the
-// <= kDecodeRoutingMaxRows rows by expert in shared memory (warp_permutation) before the prologue,
-// and the offsets / row_index point there. With reduce_out, the epilogue warp of each unit counts
-// the unit on its column block's counter (fence, then an atomic whose result it reads only at its
-// next unit end, so that the streaming does not wait for it); the unit that completes a block runs
-// the block's weighted top-k reduce (topk_reduce8) from the other units' stored rows.
+// Fused routing (kRouted, Params::topk_ids, moekit/gemm/decode_routing.hpp): warp 0 of every CTA
+// sorts the <= kDecodeRoutingMaxRows rows by expert in shared memory (warp_permutation) in the
+// prologue; the units' rows and (GEMM1) the A row of each sorted row come from there. With
+// reduce_out, after the streaming loop the epilogue warp fences once and counts the CTA's units on
+// their column blocks' counters; the CTA that counts a block's last unit runs the block's weighted
+// top-k reduce (topk_reduce8) from the stored rows, with all its threads.
 #pragma once
 
 #include "cuda/finalize/topk_reduce.cuh"
