@@ -92,10 +92,7 @@ inline void set_decode_routing(const DecodeRouting& r, const char* what, std::in
   params.clear_count = r.clear_count;
 }
 
-inline int multiprocessors() {
-  static const int count = cuda::current_device_multiprocessors();
-  return count;
-}
+inline int multiprocessors() { return cuda::current_device_multiprocessors(); }
 
 inline cudaLaunchConfig_t cluster_launch_config(unsigned grid, int threads, int smem, int csize,
                                                 cudaStream_t stream, cudaLaunchAttribute* attr) {

@@ -125,7 +125,7 @@ __global__ void gated_activation_quant_fp8_kernel(const __nv_bfloat16* __restric
 }
 
 int grid_for(long long max_rows, long long inter) {
-  static const int sms = cuda::current_device_multiprocessors();
+  const int sms = cuda::current_device_multiprocessors();
   const long long work = max_rows * (inter / kVec);
   const long long blocks = (work + kThreads - 1) / kThreads;
   return static_cast<int>(std::max(1ll, std::min(blocks, static_cast<long long>(sms) * 16)));

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "sm90_w4a16_wgmma_gemm.cuh"
 
@@ -51,12 +52,7 @@ bool w4a16_wgmma_runs_wide(const W4A16GemmArgs& args) {
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
   // 128 x 256 needs ~227 KB of shared memory (+ 4 bytes per expert): 128 x 128
   // where it does not fit (very many experts).
-  static const int max_smem = [] {
-    int dev = 0, bytes = 0;
-    MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-    MOEKIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return bytes;
-  }();
+  const int max_smem = cuda::current_device_max_smem_optin();
   return (args.m + active - 1) / active >= kRowsFor256 &&
          Wgmma256::smem_bytes(args.num_experts) <= max_smem;
 }

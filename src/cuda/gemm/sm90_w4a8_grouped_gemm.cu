@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "sm90_w4a8_wgmma_gemm.cuh"
 
@@ -121,10 +122,7 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
     wide = v == "160";
   }
   // The expert prefix lives in shared memory (4 bytes per expert): very many experts do not fit.
-  int dev = 0, max_smem = 0;
-  MOEKIT_CUDA_CHECK(cudaGetDevice(&dev));
-  MOEKIT_CUDA_CHECK(
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int max_smem = cuda::current_device_max_smem_optin();
   const int smem =
       wide ? Tile160::smem_bytes(args.num_experts) : Tile128::smem_bytes(args.num_experts);
   MOEKIT_CHECK_ARG(smem <= max_smem, "num_experts",
