@@ -121,6 +121,58 @@ Tensor host_copy_if_device(const Tensor& t) {
   return h;
 }
 
+Tensor to_device(const Tensor& t) {
+  Tensor d(t.dtype(), t.shape(), Device::cuda(0));
+  copy(d, t);
+  return d;
+}
+
+Fp4HostWeights fp4_host_weights(const QuantizedTensor& q, std::int64_t num_experts, std::int64_t n,
+                                std::int64_t k, std::int64_t sfv, DType scale_dtype,
+                                const char* what) {
+  const Shape vs{num_experts, n, k / 2}, ss{num_experts, n, k / sfv};
+  MOEKIT_CHECK_ARG(q.values.dtype() == DType::kE2M1x2 && q.values.shape() == vs,
+                   std::string("weights.") + what + ".values", "e2m1x2" + vs.str(),
+                   q.values.view().str());
+  MOEKIT_CHECK_ARG(q.scales.dtype() == scale_dtype && q.scales.shape() == ss,
+                   std::string("weights.") + what + ".scales",
+                   std::string(dtype_name(scale_dtype)) + ss.str(), q.scales.view().str());
+  Fp4HostWeights h;
+  h.values_copy = host_copy_if_device(q.values);
+  h.scales_copy = host_copy_if_device(q.scales);
+  h.codes = (h.values_copy.defined() ? h.values_copy : q.values).ptr<std::uint8_t>();
+  h.scales = (h.scales_copy.defined() ? h.scales_copy : q.scales).ptr<std::uint8_t>();
+  return h;
+}
+
+Experts::WorkspaceShapes grouped_workspace_shapes(const MoeProblem& p, std::size_t ws13_bytes,
+                                                  std::int64_t ws2_cols) {
+  Experts::WorkspaceShapes w;
+  w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(ws13_bytes)}};
+  w.workspace2 = {DType::kBF16, Shape{p.num_tokens * p.layer.routing.top_k, ws2_cols}};
+  w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
+  return w;
+}
+
+void check_grouped_apply(const MoeProblem& p, const DispatchedActivations& in,
+                         const TensorView& output, const TensorView& workspace13,
+                         std::size_t ws13_bytes, const TensorView& workspace2,
+                         std::int64_t ws2_cols, const char* ws2_what) {
+  const std::int64_t m = in.num_tokens, rows = m * p.layer.routing.top_k;
+  MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
+                   activation_format_name(in.format));
+  MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
+                   ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+  MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows, "in.topk_ids",
+                   "i32 [M, k]", in.topk_ids.str());
+  MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * p.layer.hidden_size,
+                   "output", "bf16 [M, H]", output.str());
+  MOEKIT_CHECK_ARG(workspace13.nbytes() >= ws13_bytes, "workspace13",
+                   ::moekit::detail::concat(">= ", ws13_bytes, " bytes"), workspace13.nbytes());
+  MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * ws2_cols) * 2,
+                   "workspace2", std::string("bf16 ") + ws2_what, workspace2.str());
+}
+
 Support grouped_experts_layer_support(const MoeProblem& p, std::int64_t align) {
   if (p.activation_dtype != DType::kBF16) return Support::no("activation dtype must be bf16");
   const Activation act = p.layer.activation.kind;
@@ -185,13 +237,8 @@ Support GroupedGemmExperts::supports(const MoeProblem& p) const {
 }
 
 Experts::WorkspaceShapes GroupedGemmExperts::workspace_shapes(const MoeProblem& p) const {
-  const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
-  const auto l = layout13(type_, p);
-  WorkspaceShapes w;
-  w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(l.total)}};
-  w.workspace2 = {DType::kBF16, Shape{rows, 2 * p.layer.intermediate_size}};
-  w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
-  return w;
+  return detail::grouped_workspace_shapes(p, layout13(type_, p).total,
+                                          2 * p.layer.intermediate_size);
 }
 
 void GroupedGemmExperts::prepare_weights(const MoeProblem& p, const MoeWeights& w,
@@ -211,8 +258,7 @@ void GroupedGemmExperts::prepare_weights(const MoeProblem& p, const MoeWeights& 
   auto keep = [](const Tensor& t, Tensor& owned) -> const void* {
     MOEKIT_CHECK_ARG(t.view().is_contiguous(), "weights", "contiguous tensors", t.view().str());
     if (t.device().is_cuda()) return t.data();  // used in place: must outlive the experts
-    owned = Tensor(t.dtype(), t.shape(), Device::cuda(0));
-    copy(owned, t);
+    owned = detail::to_device(t);
     return owned.data();
   };
   st.w13 = keep(w.w13.values, st.w13_owned);
@@ -243,10 +289,8 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const int e = p.layer.num_experts, k = p.layer.routing.top_k;
   const std::int64_t h = p.layer.hidden_size, i = p.layer.intermediate_size;
   const std::int64_t m = in.num_tokens, rows = m * k;
-  MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
-                   activation_format_name(in.format));
-  MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
-                   ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+  const auto l = layout13(type_, p);
+  detail::check_grouped_apply(p, in, output, workspace13, l.total, workspace2, 2 * i, "[M*k, 2I]");
   const DType vt = fp8 ? DType::kE4M3 : DType::kBF16;
   const bool f32_in = takes_f32_input(type_, p);
   MOEKIT_CHECK_ARG((in.a1q.values.dtype == vt || (f32_in && in.a1q.values.dtype == DType::kF32)) &&
@@ -258,15 +302,6 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   if (fp8)
     MOEKIT_CHECK_ARG(in.a1q.scales.dtype == DType::kF32 && in.a1q.scales.numel() >= m * (h / 128),
                      "in.a1q.scales", "f32 [M, H/128] (1x128 groups)", in.a1q.scales.str());
-  MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows, "in.topk_ids",
-                   "i32 [M, k]", in.topk_ids.str());
-  MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
-                   "bf16 [M, H]", output.str());
-  const auto l = layout13(type_, p);
-  MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
-                   ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
-  MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * 2 * i) * 2,
-                   "workspace2", "bf16 [M*k, 2I]", workspace2.str());
   if (m == 0) return;
 
   auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));

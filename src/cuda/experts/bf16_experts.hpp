@@ -18,6 +18,7 @@
 
 #include "moekit/framework/experts.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
+#include "moekit/quant/quantize.hpp"
 
 namespace moekit::cuda {
 
@@ -68,6 +69,35 @@ inline char* ws_at(const TensorView& v, std::size_t off) {
 // A host copy of t when it lives on a device; an undefined Tensor when t is already on the host
 // (the caller then reads t itself). For the host-side weight preparation.
 Tensor host_copy_if_device(const Tensor& t);
+
+// A copy of the host tensor t on device 0 (the prepared weights of the CUDA experts).
+Tensor to_device(const Tensor& t);
+
+// The 4-bit expert weights of one matrix as host bytes, checked: values e2m1x2 [E, n, k/2] and
+// scales `scale_dtype` [E, n, k/sfv] (linear), named "weights.<what>.values / .scales" in errors.
+// codes / scales point into q itself, or into the host copies kept here when q is on a device.
+struct Fp4HostWeights {
+  Tensor values_copy, scales_copy;
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* scales = nullptr;
+};
+Fp4HostWeights fp4_host_weights(const QuantizedTensor& q, std::int64_t num_experts, std::int64_t n,
+                                std::int64_t k, std::int64_t sfv, DType scale_dtype,
+                                const char* what);
+
+// The workspace shapes of the grouped experts: workspace13 ws13_bytes bytes (the backend's own
+// pieces), workspace2 bf16 [M*k, ws2_cols] (GEMM1's output), output bf16 [M, H].
+Experts::WorkspaceShapes grouped_workspace_shapes(const MoeProblem& p, std::size_t ws13_bytes,
+                                                  std::int64_t ws2_cols);
+
+// The apply() checks every grouped experts backend makes besides those of its activations' dtypes
+// (each names the argument): the standard format, in.num_tokens in [0, p.num_tokens], topk_ids
+// i32 [M, k], output bf16 [M, H], workspace13 >= ws13_bytes, workspace2 >= bf16 [M*k, ws2_cols]
+// (ws2_what: its shape in words, e.g. "[M*k, I]").
+void check_grouped_apply(const MoeProblem& p, const DispatchedActivations& in,
+                         const TensorView& output, const TensorView& workspace13,
+                         std::size_t ws13_bytes, const TensorView& workspace2,
+                         std::int64_t ws2_cols, const char* ws2_what);
 
 // Most routed rows (tokens * top_k) for which the experts fuse the permutation and the reduce into
 // the decode GEMMs (gemm::DecodeRouting: two kernels instead of four, the same results): all

@@ -79,12 +79,7 @@ class W4A16Experts : public ModularExperts {
   }
 
   WorkspaceShapes workspace_shapes(const MoeProblem& p) const override {
-    const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
-    WorkspaceShapes w;
-    w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(layout13(p).total)}};
-    w.workspace2 = {DType::kBF16, Shape{rows, p.layer.intermediate_size}};
-    w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
-    return w;
+    return detail::grouped_workspace_shapes(p, layout13(p).total, p.layer.intermediate_size);
   }
 
   void prepare_weights(const MoeProblem& p, const MoeWeights& w, StreamHandle) override {
@@ -100,23 +95,12 @@ class W4A16Experts : public ModularExperts {
                      layout_name(w.quant.layout));
     auto prepare = [&](const QuantizedTensor& q, std::int64_t n, std::int64_t k, bool gated,
                        const char* what, Matrix& out) {
-      const Shape vs{e, n, k / 2}, ss{e, n, k / sfv};
-      MOEKIT_CHECK_ARG(q.values.dtype() == DType::kE2M1x2 && q.values.shape() == vs,
-                       std::string("weights.") + what + ".values", "e2m1x2" + vs.str(),
-                       q.values.view().str());
-      MOEKIT_CHECK_ARG(q.scales.dtype() == sdt && q.scales.shape() == ss,
-                       std::string("weights.") + what + ".scales",
-                       std::string(dtype_name(sdt)) + ss.str(), q.scales.view().str());
-      const Tensor hv = host_copy_if_device(q.values), hs = host_copy_if_device(q.scales);
-      const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
-      const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
+      const detail::Fp4HostWeights hw = detail::fp4_host_weights(q, e, n, k, sfv, sdt, what);
       Tensor sc(DType::kU8, Shape{e * n * k / 2}), ssh(DType::kU8, Shape{e * n * k / sfv});
-      detail::w4a16_shuffle_per_expert(f, e, n, k, gated, codes, scales, sc.ptr<std::uint8_t>(),
-                                       ssh.ptr<std::uint8_t>());
-      out.codes = Tensor(DType::kU8, sc.shape(), Device::cuda(0));
-      out.scales = Tensor(DType::kU8, ssh.shape(), Device::cuda(0));
-      copy(out.codes, sc);
-      copy(out.scales, ssh);
+      detail::w4a16_shuffle_per_expert(f, e, n, k, gated, hw.codes, hw.scales,
+                                       sc.ptr<std::uint8_t>(), ssh.ptr<std::uint8_t>());
+      out.codes = detail::to_device(sc);
+      out.scales = detail::to_device(ssh);
       if (f == gemm::W4Format::kNVFP4) {
         MOEKIT_CHECK_ARG(q.global_scale.dtype() == DType::kF32 && q.global_scale.numel() == e,
                          std::string("weights.") + what + ".global_scale", "f32 [E]",
@@ -125,8 +109,7 @@ class W4A16Experts : public ModularExperts {
         const float* gs = (hg.defined() ? hg : q.global_scale).ptr<float>();
         Tensor alpha(DType::kF32, Shape{e});
         for (std::int64_t x = 0; x < e; ++x) alpha.ptr<float>()[x] = 1.0f / gs[x];
-        out.alpha = Tensor(DType::kF32, Shape{e}, Device::cuda(0));
-        copy(out.alpha, alpha);
+        out.alpha = detail::to_device(alpha);
       }
     };
     prepare(w.w13, 2 * i, h, true, "w13", w13_);
@@ -144,10 +127,8 @@ class W4A16Experts : public ModularExperts {
     const int e = p.layer.num_experts, k = p.layer.routing.top_k;
     const std::int64_t h = p.layer.hidden_size, i = p.layer.intermediate_size;
     const std::int64_t m = in.num_tokens, rows = m * k;
-    MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
-                     activation_format_name(in.format));
-    MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
-                     ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+    const Layout13 l = layout13(p);
+    detail::check_grouped_apply(p, in, output, workspace13, l.total, workspace2, i, "[M*k, I]");
     const bool f32_in = p.apply_router_weight_on_input();
     MOEKIT_CHECK_ARG(
         (in.a1q.values.dtype == DType::kBF16 || (f32_in && in.a1q.values.dtype == DType::kF32)) &&
@@ -155,15 +136,6 @@ class W4A16Experts : public ModularExperts {
         "in.a1q.values",
         std::string("bf16 [M, H]") + (f32_in ? " (or f32: router weight on the input)" : ""),
         in.a1q.values.str());
-    MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows,
-                     "in.topk_ids", "i32 [M, k]", in.topk_ids.str());
-    MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
-                     "bf16 [M, H]", output.str());
-    const Layout13 l = layout13(p);
-    MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
-                     ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
-    MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * i) * 2, "workspace2",
-                     "bf16 [M*k, I]", workspace2.str());
     if (m == 0) return;
 
     auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));

@@ -14,7 +14,6 @@
 namespace moekit::cuda {
 namespace {
 
-using detail::host_copy_if_device;
 using detail::ws_at;
 using detail::ws_up;
 
@@ -73,12 +72,7 @@ class W4A8Experts : public ModularExperts {
   }
 
   WorkspaceShapes workspace_shapes(const MoeProblem& p) const override {
-    const std::int64_t rows = p.num_tokens * p.layer.routing.top_k;
-    WorkspaceShapes w;
-    w.workspace13 = {DType::kU8, Shape{static_cast<std::int64_t>(layout13(p).total)}};
-    w.workspace2 = {DType::kBF16, Shape{rows, p.layer.intermediate_size}};
-    w.output = {DType::kBF16, Shape{p.num_tokens, p.layer.hidden_size}};
-    return w;
+    return detail::grouped_workspace_shapes(p, layout13(p).total, p.layer.intermediate_size);
   }
 
   void prepare_weights(const MoeProblem& p, const MoeWeights& w, StreamHandle) override {
@@ -91,16 +85,9 @@ class W4A8Experts : public ModularExperts {
                      layout_name(w.quant.layout));
     auto prepare = [&](const QuantizedTensor& q, std::int64_t n, std::int64_t k, bool gated,
                        const char* what, Matrix& out) {
-      const Shape vs{e, n, k / 2}, ss{e, n, k / 32};
-      MOEKIT_CHECK_ARG(q.values.dtype() == DType::kE2M1x2 && q.values.shape() == vs,
-                       std::string("weights.") + what + ".values", "e2m1x2" + vs.str(),
-                       q.values.view().str());
-      MOEKIT_CHECK_ARG(q.scales.dtype() == DType::kE8M0 && q.scales.shape() == ss,
-                       std::string("weights.") + what + ".scales", "e8m0" + ss.str(),
-                       q.scales.view().str());
-      const Tensor hv = host_copy_if_device(q.values), hs = host_copy_if_device(q.scales);
-      const auto* codes = (hv.defined() ? hv : q.values).ptr<std::uint8_t>();
-      const auto* scales = (hs.defined() ? hs : q.scales).ptr<std::uint8_t>();
+      const detail::Fp4HostWeights hw =
+          detail::fp4_host_weights(q, e, n, k, 32, DType::kE8M0, what);
+      const std::uint8_t *codes = hw.codes, *scales = hw.scales;
       Tensor pc(DType::kU8, Shape{e * n * k / 2}), ps(DType::kU8, Shape{e * n * k / 32});
       Tensor rs(DType::kF32, Shape{e * n});
       // One expert per task (the layout is expert-major); the first failing expert's reason.
@@ -117,12 +104,9 @@ class W4A8Experts : public ModularExperts {
                      " are not exactly representable as e4m3 (", r,
                      "); run them with bf16 activations (cuda_w4a16_grouped)");
       }
-      out.codes = Tensor(DType::kU8, pc.shape(), Device::cuda(0));
-      out.scales = Tensor(DType::kU8, ps.shape(), Device::cuda(0));
-      out.row_scale = Tensor(DType::kF32, rs.shape(), Device::cuda(0));
-      copy(out.codes, pc);
-      copy(out.scales, ps);
-      copy(out.row_scale, rs);
+      out.codes = detail::to_device(pc);
+      out.scales = detail::to_device(ps);
+      out.row_scale = detail::to_device(rs);
     };
     prepare(w.w13, 2 * i, h, true, "w13", w13_);
     prepare(w.w2, h, i, false, "w2", w2_);
@@ -139,25 +123,14 @@ class W4A8Experts : public ModularExperts {
     const int e = p.layer.num_experts, k = p.layer.routing.top_k;
     const std::int64_t h = p.layer.hidden_size, i = p.layer.intermediate_size;
     const std::int64_t m = in.num_tokens, rows = m * k;
-    MOEKIT_CHECK_ARG(in.format == ActivationFormat::kStandard, "in.format", "standard",
-                     activation_format_name(in.format));
-    MOEKIT_CHECK_ARG(m >= 0 && m <= p.num_tokens, "in.num_tokens",
-                     ::moekit::detail::concat("in [0, ", p.num_tokens, "]"), m);
+    const Layout13 l = layout13(p);
+    detail::check_grouped_apply(p, in, output, workspace13, l.total, workspace2, i, "[M*k, I]");
     MOEKIT_CHECK_ARG(in.a1q.config.scheme == QuantScheme::kFP8PerToken, "in.a1q.config.scheme",
                      "fp8_token", scheme_name(in.a1q.config.scheme));
     MOEKIT_CHECK_ARG(in.a1q.values.dtype == DType::kE4M3 && in.a1q.values.numel() >= m * h,
                      "in.a1q.values", "e4m3 [M, H]", in.a1q.values.str());
     MOEKIT_CHECK_ARG(in.a1q.scales.dtype == DType::kF32 && in.a1q.scales.numel() >= m,
                      "in.a1q.scales", "f32 [M] (fp8_token)", in.a1q.scales.str());
-    MOEKIT_CHECK_ARG(in.topk_ids.dtype == DType::kI32 && in.topk_ids.numel() >= rows,
-                     "in.topk_ids", "i32 [M, k]", in.topk_ids.str());
-    MOEKIT_CHECK_ARG(output.dtype == DType::kBF16 && output.numel() >= m * h, "output",
-                     "bf16 [M, H]", output.str());
-    const Layout13 l = layout13(p);
-    MOEKIT_CHECK_ARG(workspace13.nbytes() >= l.total, "workspace13",
-                     ::moekit::detail::concat(">= ", l.total, " bytes"), workspace13.nbytes());
-    MOEKIT_CHECK_ARG(workspace2.nbytes() >= static_cast<std::size_t>(rows * i) * 2, "workspace2",
-                     "bf16 [M*k, I]", workspace2.str());
     if (m == 0) return;
 
     auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));

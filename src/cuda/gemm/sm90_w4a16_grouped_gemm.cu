@@ -197,24 +197,7 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
   MOEKIT_CHECK_ARG(args.out != nullptr, "out", "a device pointer", "null");
   MOEKIT_CHECK_ARG(args.max_ctas >= 0, "max_ctas", ">= 0", args.max_ctas);
 
-  Params params{};
-  params.expert_offsets = args.expert_offsets;
-  params.a = static_cast<const __nv_bfloat16*>(args.a);
-  params.lda = lda;
-  params.row_index = args.row_index;
-  params.w = args.w;
-  params.w_scales = args.w_scales;
-  params.alpha = args.alpha;
-  params.bias = args.bias;
-  params.row_scale = args.row_scale;
-  params.out = static_cast<__nv_bfloat16*>(args.out);
-  params.ldo = ldo;
-  params.num_experts = args.num_experts;
-  params.n = static_cast<int>(args.n);
-  params.k = static_cast<int>(args.k);
-  params.swiglu_alpha = args.swiglu_alpha;
-  params.swiglu_limit = args.swiglu_limit;
-  params.m = static_cast<int>(args.m);
+  Params params = grouped_gemm_params(args, lda, ldo);
   sm90_decode::set_decode_routing(args.routing, "w4a16_grouped_gemm", args.m, args.n,
                                   args.expert_offsets, args.row_index, !is_gated, args.out, ldo,
                                   params);

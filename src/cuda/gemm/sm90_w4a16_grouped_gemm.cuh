@@ -53,6 +53,32 @@ struct Params {
   int clear_count;
 };
 
+// The kernel parameters of a 4-bit grouped GEMM's arguments (W4A16GemmArgs, W4A8GemmArgs: the
+// same field names; W4A8 has no alpha), lda / ldo resolved by the launcher; the fused routing's
+// fields stay zero (set_decode_routing).
+template <typename Args>
+Params grouped_gemm_params(const Args& args, std::int64_t lda, std::int64_t ldo) {
+  Params p{};
+  p.expert_offsets = args.expert_offsets;
+  p.a = static_cast<const __nv_bfloat16*>(args.a);
+  p.lda = lda;
+  p.row_index = args.row_index;
+  p.w = args.w;
+  p.w_scales = args.w_scales;
+  if constexpr (requires { args.alpha; }) p.alpha = args.alpha;
+  p.bias = args.bias;
+  p.row_scale = args.row_scale;
+  p.out = static_cast<__nv_bfloat16*>(args.out);
+  p.ldo = ldo;
+  p.num_experts = args.num_experts;
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.swiglu_alpha = args.swiglu_alpha;
+  p.swiglu_limit = args.swiglu_limit;
+  p.m = static_cast<int>(args.m);
+  return p;
+}
+
 // Programmatic dependent launch (PDL, decode kernel with kPdl).
 // pdl_launch_dependents lets the next kernel on the stream launch once all CTAs
 // of this grid have issued it (the grids are persistent, at most one CTA per

@@ -91,24 +91,8 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   }
 
   W4A8Params wp{};
-  sm90_w4a16::Params& p = wp.p;
-  p.expert_offsets = args.expert_offsets;
-  p.a = static_cast<const __nv_bfloat16*>(args.a);  // e4m3 bytes; the kernel reads them as such
-  p.lda = lda;
-  p.row_index = args.row_index;
-  p.w = args.w;
-  p.w_scales = args.w_scales;
-  p.alpha = nullptr;
-  p.bias = args.bias;
-  p.row_scale = args.row_scale;
-  p.out = static_cast<__nv_bfloat16*>(args.out);
-  p.ldo = ldo;
-  p.num_experts = args.num_experts;
-  p.n = static_cast<int>(args.n);
-  p.k = static_cast<int>(args.k);
-  p.swiglu_alpha = args.swiglu_alpha;
-  p.swiglu_limit = args.swiglu_limit;
-  p.m = static_cast<int>(args.m);
+  // p.a: the e4m3 bytes (the kernel reads them as such); no alpha.
+  wp.p = sm90_w4a16::grouped_gemm_params(args, lda, ldo);
   wp.a_scale = args.a_scale;
   wp.w_row_scale = args.w_row_scale;
   const std::int64_t active =
