@@ -19,11 +19,6 @@ if [ "${1:-}" = "variants" ] || [ ! -x $B/w4a16_variants ]; then
   $NVCC -Xptxas -v bench/w4a16/w4a16_variants.cu $B/shuffle.o -o $B/w4a16_variants > $B/ptxas_variants.log 2>&1
 fi
 wait
-# wgmma GEMM-level sweep (tile variants vs the large tile vs cuBLAS bf16 per expert)
-if [ "${1:-}" != "nosweep" ]; then
-  $NVCC -Xptxas -v bench/w4a16/w4a16_wgmma_sweep.cu $B/gemm.o $B/wgmma.o $B/shuffle.o -lcublas \
-    -o $B/w4a16_wgmma_sweep > $B/ptxas_sweep.log 2>&1 || { cat $B/ptxas_sweep.log; exit 1; }
-fi
 g++ -o $B/w4a16_tests $B/test.o $B/test_wgmma.o $B/test_linear.o $B/linear_ref.o $B/linear.o $B/gemm.o $B/wgmma.o $B/shuffle.o $B/devrt.o -L/usr/local/cuda/lib64 -lgtest -lgtest_main -lcudart_static -lpthread -ldl -lrt
 /usr/local/cuda/bin/nvcc -o $B/w4a16_bench $B/bench.o $B/gemm.o $B/wgmma.o $B/shuffle.o -lcublas
 echo built

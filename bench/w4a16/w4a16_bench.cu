@@ -266,6 +266,9 @@ int main(int argc, char** argv) {
             g1.out = act;
             g1.stream = stream;
             g1.k_split = k_split;
+            // The wgmma tile reads (and GEMM1 writes GEMM2's) activations in the wgmma K order;
+            // the random x stands for already converted rows (timing only).
+            if (tile == W4Tile::kWgmma) g1.a_order = g1.out_order = W4KOrder::kWgmma;
             w4a16_grouped_gemm(g1);
             W4A16GemmArgs g2 = g1;
             g2.epilogue = W4Epilogue::kNone;
@@ -276,6 +279,7 @@ int main(int argc, char** argv) {
             g2.w = w2;
             g2.w_scales = s2;
             g2.row_scale = s.row_scale;
+            g2.out_order = W4KOrder::kNatural;
             g2.out = y;
             if (tile == W4Tile::kAuto) g2.tile = W4Tile::kAuto;
             g2.overlap_previous = pdl;

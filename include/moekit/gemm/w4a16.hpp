@@ -33,14 +33,32 @@ enum class W4Format : std::uint8_t { kNVFP4, kMXFP4 };
 enum class W4Epilogue : std::uint8_t { kNone, kSiluAndMul, kSwigluOai };
 // Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8 or 64x8 (by the work
 // available), decode16 16x16 or 64x16 (likewise; both warp-independent streaming), mid32 128x32,
-// large 128x64 (mma.sync), wgmma 128x128 or 128x256 (warpgroup MMA, sm_90a; needs w_scales
-// 16-byte aligned; forced only). kAuto picks from m and num_experts (never decode16 or wgmma).
+// large 128x64 (mma.sync), wgmma 128x128, 128x160 or 128x256 by the rows per expert (warpgroup
+// MMA, sm_90a; needs w_scales 16-byte aligned and A in the wgmma K order, below). kAuto picks
+// decode8, mid32 or large from m and num_experts for natural-order A (never decode16), and wgmma
+// for wgmma-order A (the caller's choice: w4a16_prefers_wgmma).
 enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge, kWgmma };
+
+// Column order of an activation matrix inside every 64-wide K chunk. kNatural: column j holds
+// k = j. kWgmma: the order of the wgmma tile's B operand, whose MMA-k follows the weight shuffle
+// (lane t of a warp holds K [16t, 16t + 16) of a chunk): the 4-byte word w (two bf16) of a chunk
+// holds the natural word 8 (w % 4) + w / 4, i.e. stored column j of the chunk holds
+//     k = 2 (8 (j / 2 % 4) + j / 8) + j % 2          (w4a16_wgmma_k_source)
+// so that the tile copies A into shared memory without a permutation. Produce it with
+// w4a16_to_wgmma_k_order, or as the output of a GEMM with out_order = kWgmma.
+enum class W4KOrder : std::uint8_t { kNatural, kWgmma };
 
 std::string w4_format_name(W4Format f);  // "nvfp4", "mxfp4"
 std::string w4_tile_name(W4Tile t);      // auto, decode8, decode16, mid32, large, wgmma
 int w4_scale_block(W4Format f);          // 16 (NVFP4), 32 (MXFP4)
 bool w4a16_available();                  // true when the SM90 kernels were compiled in
+// The natural k (0..63) at column j (0..63) of a 64-wide chunk in the wgmma K order (host).
+int w4a16_wgmma_k_source(int j);
+// Writes rows x k bf16 (k % 64 == 0) from src (row stride lds, natural order) to dst (row stride
+// ldd, wgmma K order); strides in elements (0 = k), multiples of 8, 16-byte aligned pointers,
+// src and dst must not overlap. Asynchronous on stream, graph-capturable; rows == 0 is a no-op.
+void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::int64_t ldd,
+                            std::int64_t rows, std::int64_t k, StreamHandle stream);
 
 // ---- Offline weight preparation (host, pure, invertible) ----------------------------------------
 // codes:  [E, N, K/2] e2m1x2 (moekit convention: low nibble = even k), row-major.
@@ -69,6 +87,8 @@ struct W4A16GemmArgs {
   // device [E + 1], nondecreasing, offsets[0] = 0; null only when E == 1 (dense: rows [0, m)).
   const std::int32_t* expert_offsets = nullptr;
   const void* a = nullptr;                       // device bf16 [rows_a, K], row stride lda
+  // K order of A: kWgmma exactly for tile wgmma (kAuto then resolves to it).
+  W4KOrder a_order = W4KOrder::kNatural;
   std::int64_t lda = 0;                          // elements (0 = K); lda % 8 == 0, a 16-B aligned
   const std::int32_t* row_index = nullptr;       // optional device [R]: source row of A per row
   const std::uint8_t* w = nullptr;               // device, shuffled codes (E*N*K/2 bytes)
@@ -80,6 +100,9 @@ struct W4A16GemmArgs {
   float swiglu_limit = 7.0f;
   void* out = nullptr;   // device bf16 [R, N] or [R, N/2] (gated)
   std::int64_t ldo = 0;  // elements (0 = output width)
+  // Column order of out: kWgmma (tile wgmma only; output width % 64 == 0) writes it as the next
+  // wgmma GEMM's A (e.g. GEMM1's activated rows for GEMM2).
+  W4KOrder out_order = W4KOrder::kNatural;
   // Cap on the persistent grid; 0 = fill the device. E.g. to leave SMs to overlapped
   // communication; tests use it to give each CTA many units (the ring crossing unit boundaries).
   int max_ctas = 0;
@@ -109,6 +132,13 @@ struct W4A16GemmArgs {
 
 // The tile kAuto resolves to for these arguments.
 W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args);
+// Whether m rows over num_experts experts should run the wgmma tile (A in the wgmma K order):
+// more than kWgmmaMinRowsPerExpert rows per active expert (uniform routing). Measured on the H200
+// (layer, NVFP4, 2026-12-01g): at 50 rows per expert large is faster (Mixtral 200 tokens 637 vs
+// 744 us, Qwen3-235B 800 tokens 1159 vs 1407), at 64 wgmma (Mixtral 256: 753 vs 1056, Qwen3-235B
+// 1024: 1433 vs 1641).
+inline constexpr std::int64_t kWgmmaMinRowsPerExpert = 56;
+bool w4a16_prefers_wgmma(std::int64_t m, int num_experts);
 
 // Validates (throws moekit::Error naming the argument) and launches. Asynchronous. m == 0 is a
 // no-op.

@@ -30,6 +30,9 @@ struct Fp4LinearArgs {
   std::int64_t m = 0, n = 0, k = 0;  // n % 16 == 0, k % 64 == 0
   const void* x = nullptr;           // device bf16 [M, K], row stride ldx (0 = K)
   std::int64_t ldx = 0;
+  // kWgmma: x in the wgmma K order (gemm::w4a16_to_wgmma_k_order), which runs the wgmma tile
+  // (gemm::w4a16_prefers_wgmma(m, 1): m > 48); kNatural runs the mma.sync tiles.
+  gemm::W4KOrder x_order = gemm::W4KOrder::kNatural;
   const std::uint8_t* w = nullptr;         // device, shuffled codes (N*K/2 bytes)
   const std::uint8_t* w_scales = nullptr;  // device, shuffled scales (N*K/sfv bytes)
   const float* alpha = nullptr;            // optional device f32 [1]

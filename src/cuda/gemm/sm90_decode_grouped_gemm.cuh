@@ -148,9 +148,24 @@ __device__ __forceinline__ uint4 load_activation(const __nv_bfloat16* p, bool va
   return v;
 }
 
+// Output column of natural column n: itself, or (kKOrder and p.out_wgmma_k) its place in the
+// wgmma K order (moekit/gemm/w4a16.hpp W4KOrder: natural word w of a 64-wide chunk is stored at
+// word 4 (w % 8) + w / 8).
+template <bool kKOrder>
+__device__ __forceinline__ int out_column(const Params& p, int n) {
+  if constexpr (kKOrder) {
+    if (p.out_wgmma_k) {
+      const int w = (n & 63) >> 1;
+      return (n & ~63) | ((4 * (w & 7) + (w >> 3)) << 1) | (n & 1);
+    }
+  }
+  return n;
+}
+
 // Epilogue of one 16-row x 8-token accumulator tile (c: rows g, g+8 x tokens
 // 2t, 2t+1). Codec::kRowTails: weight row g + 8 may lie past N (N % 16 == 8).
-template <int kEpi, typename Codec = W4Codec<true>>
+// kKOrder: honours p.out_wgmma_k (the wgmma kernel; the others write natural order).
+template <int kEpi, typename Codec = W4Codec<true>, bool kKOrder = false>
 __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4], int e, int rt,
                                            int row0, int row_end, int g, int t) {
   static_assert(!Codec::kRowTails || kEpi == 0, "gated epilogues need N % 16 == 0");
@@ -165,14 +180,16 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
     const float lo = c[h] * scale, hi = c[2 + h] * scale;
     if constexpr (kEpi == 0) {
       const int n0 = rt * 16 + g;
-      out[n0] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
+      out[out_column<kKOrder>(p, n0)] = __float2bfloat16_rn((lo + (bias ? bias[n0] : 0.0f)) * rs);
       if (!Codec::kRowTails || n0 + 8 < p.n)
-        out[n0 + 8] = __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
+        out[out_column<kKOrder>(p, n0 + 8)] =
+            __float2bfloat16_rn((hi + (bias ? bias[n0 + 8] : 0.0f)) * rs);
     } else {
       const int col = rt * 8 + g;
       const float gate = lo + (bias ? bias[col] : 0.0f);
       const float up = hi + (bias ? bias[p.n / 2 + col] : 0.0f);
-      out[col] = __float2bfloat16_rn(gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
+      out[out_column<kKOrder>(p, col)] =
+          __float2bfloat16_rn(gated<kEpi>(gate, up, p.swiglu_alpha, p.swiglu_limit) * rs);
     }
   }
 }

@@ -144,6 +144,8 @@ bool w4a16_available() { return true; }
 
 W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   if (args.tile != W4Tile::kAuto) return args.tile;
+  // The caller chose the wgmma K order for the wgmma tile (w4a16_prefers_wgmma).
+  if (args.a_order == W4KOrder::kWgmma) return W4Tile::kWgmma;
   // Expected rows per active expert (uniform routing): m spread over min(E, m)
   // experts.
   const std::int64_t active =
@@ -153,15 +155,22 @@ W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   // L2 (4x the weight bytes), mid32 shares them through shared memory (v4).
   if (per_expert <= 8) return W4Tile::kDecode8;
   if (per_expert <= 48) return W4Tile::kMid32;
-  // wgmma where its 128 x 256 configuration runs (>= 384 rows per expert): v2
-  // measured 1.17-1.32x faster than large there (H200, Mixtral M = 4096: GEMM1
-  // 6.1 vs 7.2 ms, GEMM2 2.9 vs 3.9 ms; bench/results/
-  // w4a16_20261201_wgmma_v2_sweep.json); its 128 x 128 configuration is slower
-  // than large (DeepSeek-V3 M = 4096, Mixtral M = 512), so large runs there.
-  if (reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0 &&
-      sm90_w4a16::w4a16_wgmma_runs_wide(args))
-    return W4Tile::kWgmma;
   return W4Tile::kLarge;
+}
+
+bool w4a16_prefers_wgmma(std::int64_t m, int num_experts) {
+  // Measurement override: MOEKIT_W4A16_WGMMA_MIN_ROWS=<rows per expert> (0: always).
+  static const std::int64_t min_rows = [] {
+    const char* v = std::getenv("MOEKIT_W4A16_WGMMA_MIN_ROWS");
+    if (v == nullptr || *v == '\0') return kWgmmaMinRowsPerExpert;
+    char* end = nullptr;
+    const long long rows = std::strtoll(v, &end, 10);
+    MOEKIT_CHECK_ARG(*end == '\0' && rows >= 0, "MOEKIT_W4A16_WGMMA_MIN_ROWS",
+                     "a non-negative integer", v);
+    return static_cast<std::int64_t>(rows);
+  }();
+  const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, m));
+  return (m + active - 1) / active > min_rows;
 }
 
 void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
@@ -204,6 +213,16 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
 
   W4A16GemmArgs resolved = args;
   resolved.tile = w4a16_resolve_tile(args);
+  const bool wgmma = resolved.tile == W4Tile::kWgmma;
+  MOEKIT_CHECK_ARG((args.a_order == W4KOrder::kWgmma) == wgmma, "a_order",
+                   wgmma ? "wgmma (w4a16_to_wgmma_k_order) for tile wgmma"
+                         : "natural for tile " + w4_tile_name(resolved.tile),
+                   args.a_order == W4KOrder::kWgmma ? "wgmma" : "natural");
+  MOEKIT_CHECK_ARG(args.out_order == W4KOrder::kNatural || (wgmma && out_width % 64 == 0),
+                   "out_order",
+                   "natural unless the tile is wgmma and the output width a multiple of 64",
+                   "wgmma (tile " + w4_tile_name(resolved.tile) + ", output width " +
+                       std::to_string(out_width) + ")");
   MOEKIT_CHECK_ARG(!routed || resolved.tile == W4Tile::kDecode8, "routing.topk_ids",
                    "null unless the tile is decode8", w4_tile_name(resolved.tile));
   switch (resolved.tile) {

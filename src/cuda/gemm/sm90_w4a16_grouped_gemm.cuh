@@ -13,6 +13,7 @@
 #include "cuda/activation/gated_math.cuh"
 #include "cuda/runtime/sm90_bulk_copy.cuh"
 #include "cuda/runtime/sorted_search.cuh"
+#include "moekit/gemm/w4a16.hpp"
 
 namespace moekit::gemm::sm90_w4a16 {
 
@@ -51,6 +52,8 @@ struct Params {
   int* counters;
   int* clear;
   int clear_count;
+  // The wgmma kernel's epilogue only: out in the wgmma K order (W4KOrder::kWgmma).
+  int out_wgmma_k;
 };
 
 // The kernel parameters of a 4-bit grouped GEMM's arguments (W4A16GemmArgs, W4A8GemmArgs: the
@@ -76,6 +79,7 @@ Params grouped_gemm_params(const Args& args, std::int64_t lda, std::int64_t ldo)
   p.swiglu_alpha = args.swiglu_alpha;
   p.swiglu_limit = args.swiglu_limit;
   p.m = static_cast<int>(args.m);
+  if constexpr (requires { args.out_order; }) p.out_wgmma_k = args.out_order == W4KOrder::kWgmma;
   return p;
 }
 

@@ -146,6 +146,12 @@ std::string w4_tile_name(W4Tile t) {
 
 int w4_scale_block(W4Format f) { return f == W4Format::kNVFP4 ? 16 : 32; }
 
+int w4a16_wgmma_k_source(int j) {
+  MOEKIT_CHECK_ARG(j >= 0 && j < 64, "j", "in [0, 64)", j);
+  // Word j / 2 of the chunk holds natural word 8 ((j / 2) % 4) + j / 8 (W4KOrder::kWgmma).
+  return 2 * (8 * ((j / 2) % 4) + j / 8) + j % 2;
+}
+
 void w4a16_shuffle_weights(W4Format format, std::int64_t num_experts, std::int64_t n,
                            std::int64_t k, bool gated, const std::uint8_t* codes,
                            const std::uint8_t* scales, std::uint8_t* out_codes,

@@ -1,38 +1,52 @@
-// Instantiation and launch of the SM90 W4A16 wgmma kernel (W4Tile::kWgmma;
-// kernel: sm90_w4a16_wgmma_gemm.cuh; called by sm90_w4a16_grouped_gemm.cu
-// after validation). Separate translation unit: these instantiations compile
-// in parallel with the mma.sync ones.
+// Instantiation and launch of the SM90 W4A16 wgmma kernel (W4Tile::kWgmma; kernel:
+// sm90_w4a16_wgmma_gemm.cuh; called by sm90_w4a16_grouped_gemm.cu after validation), and the
+// wgmma K order conversion of activations (w4a16_to_wgmma_k_order). Separate translation unit:
+// these instantiations compile in parallel with the mma.sync ones.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
 #include "moekit/core/error.hpp"
 #include "sm90_w4a16_wgmma_gemm.cuh"
 
-namespace moekit::gemm::sm90_w4a16 {
+namespace moekit::gemm {
+namespace sm90_w4a16 {
 namespace {
 
-// 128 weight rows x 128 tokens, 8-deep weight ring, 4 activation staging
-// stages (16-byte cp.async), narrower wgmma for an expert's short last token
-// tile (DeepSeek-V3's ~128 rows per expert); 128 x 256 without narrow tails
-// (registers) and a 4-deep weight ring (shared memory) when the experts have
-// many rows (Mixtral). Sweep and numbers: docs/kernels/w4a16.md, "wgmma".
-using Wgmma128 = WgmmaConfig<128, 8, 4>;
-using Wgmma256 = WgmmaConfig<256, 4, 3, false>;
-// Rows per active expert from which the 256-token tile runs.
+// 128 weight rows x 128 tokens (activation prefetch 3 stages ahead) below 96 rows per expert,
+// x 160 tokens (2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one
+// token tile), both with a 4-deep weight ring in ~200 KB of shared memory; x 256 tokens (1 ahead,
+// weight ring 3, ~222 KB) from 384 (Mixtral at 4096 tokens: 1024). One CTA per SM. Measured on the
+// H200, layer, NVFP4, 2026-12-01g (us, 128 / 160 / 256): DeepSeek-V3 2048 tokens (64 rows per
+// expert) 5849 / 6598 / 9364, 4096 (128) 9467 / 7625 / 10537; Qwen3-235B 2048 (128) 2145 / 1649 /
+// 2251, 4096 (256) 3497 / 3360 / 3631; Mixtral 4096 (1024) 6997 / - / 5907.
+using Wgmma128 = WgmmaConfig<128, 4, 5>;
+using Wgmma160 = WgmmaConfig<160, 4, 4>;
+using Wgmma256 = WgmmaConfig<256, 3, 3>;
 constexpr std::int64_t kRowsFor256 = 384;
 
 template <typename Cfg, bool kNvfp4, int kEpi>
 void launch(const W4A16GemmArgs& args, const Params& params) {
   MOEKIT_CUDA_CHECK((launch_w4a16_wgmma<Cfg, kNvfp4, kEpi>(
-      params, args.m, args.max_ctas, static_cast<cudaStream_t>(args.stream))));
+      params, args.m, args.max_ctas, cuda::current_device_multiprocessors(),
+      static_cast<cudaStream_t>(args.stream))));
 }
 
 template <typename Cfg>
 void dispatch(const W4A16GemmArgs& args, const Params& params) {
+  // The expert prefix lives in shared memory (4 bytes per expert): very many experts do not fit.
+  const int max_smem = cuda::current_device_max_smem_optin();
+  const int smem = Cfg::smem_bytes(args.num_experts);
+  MOEKIT_CHECK_ARG(
+      smem <= max_smem, "num_experts",
+      ::moekit::detail::concat("at most what fits in ", max_smem,
+                               " bytes of shared memory (tile wgmma needs ", smem, ")"),
+      args.num_experts);
   const bool nv = args.format == W4Format::kNVFP4;
   switch (args.epilogue) {
     case W4Epilogue::kNone:
@@ -45,21 +59,71 @@ void dispatch(const W4A16GemmArgs& args, const Params& params) {
   MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
 }
 
-}  // namespace
-
-bool w4a16_wgmma_runs_wide(const W4A16GemmArgs& args) {
-  const std::int64_t active =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
-  // 128 x 256 needs ~227 KB of shared memory (+ 4 bytes per expert): 128 x 128
-  // where it does not fit (very many experts).
-  const int max_smem = cuda::current_device_max_smem_optin();
-  return (args.m + active - 1) / active >= kRowsFor256 &&
-         Wgmma256::smem_bytes(args.num_experts) <= max_smem;
+// Output piece p (16 bytes) of a 64-wide chunk = natural words p, p + 8, p + 16, p + 24.
+__global__ void to_wgmma_k_order_kernel(const std::uint32_t* __restrict__ src, std::int64_t lds,
+                                        uint4* __restrict__ dst, std::int64_t ldd,
+                                        std::int64_t rows, int chunks) {
+  const std::int64_t pieces = static_cast<std::int64_t>(chunks) * 8;
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * pieces) return;
+  const std::int64_t r = i / pieces;
+  const int c = static_cast<int>(i % pieces) / 8, q = static_cast<int>(i % 8);
+  const std::uint32_t* s = src + r * lds + c * 32 + q;
+  dst[r * ldd + c * 8 + q] = make_uint4(s[0], s[8], s[16], s[24]);
 }
 
+}  // namespace
+
 void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
-  if (w4a16_wgmma_runs_wide(args)) return dispatch<Wgmma256>(args, params);
+  const std::int64_t active =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
+  const std::int64_t rows_per_expert = (args.m + active - 1) / active;
+  int tokens = rows_per_expert >= kRowsFor256 ? 256 : rows_per_expert >= 96 ? 160 : 128;
+  // The 256-token tile's shared memory grows with the experts (4 bytes each): 128 where it does
+  // not fit.
+  if (tokens == 256 &&
+      Wgmma256::smem_bytes(args.num_experts) > cuda::current_device_max_smem_optin())
+    tokens = 128;
+  // Measurement override: MOEKIT_W4A16_WGMMA_TILE=128 | 160 | 256 (the token tile).
+  if (const char* env = std::getenv("MOEKIT_W4A16_WGMMA_TILE"); env && *env) {
+    const std::string v(env);
+    MOEKIT_CHECK_ARG(v == "128" || v == "160" || v == "256", "MOEKIT_W4A16_WGMMA_TILE",
+                     "128, 160 or 256", v);
+    tokens = std::stoi(v);
+  }
+  if (tokens == 256) return dispatch<Wgmma256>(args, params);
+  if (tokens == 160) return dispatch<Wgmma160>(args, params);
   return dispatch<Wgmma128>(args, params);
 }
 
-}  // namespace moekit::gemm::sm90_w4a16
+}  // namespace sm90_w4a16
+
+void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::int64_t ldd,
+                            std::int64_t rows, std::int64_t k, StreamHandle stream) {
+  MOEKIT_CHECK_ARG(rows >= 0 && rows < (std::int64_t{1} << 31), "rows", "in [0, 2^31)", rows);
+  MOEKIT_CHECK_ARG(k > 0 && k % 64 == 0 && k < (std::int64_t{1} << 30), "k",
+                   "a positive multiple of 64", k);
+  lds = lds == 0 ? k : lds;
+  ldd = ldd == 0 ? k : ldd;
+  MOEKIT_CHECK_ARG(lds >= k && lds % 8 == 0, "lds", ">= k and a multiple of 8", lds);
+  MOEKIT_CHECK_ARG(ldd >= k && ldd % 8 == 0, "ldd", ">= k and a multiple of 8", ldd);
+  if (rows == 0) return;
+  MOEKIT_CHECK_ARG(src != nullptr && reinterpret_cast<std::uintptr_t>(src) % 16 == 0, "src",
+                   "a 16-byte aligned device pointer", src);
+  MOEKIT_CHECK_ARG(dst != nullptr && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "dst",
+                   "a 16-byte aligned device pointer", dst);
+  const auto* s = static_cast<const char*>(src);
+  const auto* d = static_cast<const char*>(dst);
+  const std::int64_t src_end = ((rows - 1) * lds + k) * 2, dst_end = ((rows - 1) * ldd + k) * 2;
+  MOEKIT_CHECK_ARG(s + src_end <= d || d + dst_end <= s, "dst", "not overlapping src", dst);
+  const int chunks = static_cast<int>(k / 64);
+  const std::int64_t threads = rows * chunks * 8;
+  constexpr int kBlock = 256;
+  sm90_w4a16::to_wgmma_k_order_kernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock),
+                                        kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const std::uint32_t*>(src), lds / 2, static_cast<uint4*>(dst), ldd / 8, rows,
+      chunks);
+  MOEKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace moekit::gemm

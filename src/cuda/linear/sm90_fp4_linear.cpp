@@ -21,6 +21,7 @@ void fp4_linear(const Fp4LinearArgs& args) {
   g.expert_offsets = nullptr;  // dense: rows [0, m)
   g.a = args.x;
   g.lda = args.ldx;
+  g.a_order = args.x_order;
   g.w = args.w;
   g.w_scales = args.w_scales;
   g.alpha = args.alpha;

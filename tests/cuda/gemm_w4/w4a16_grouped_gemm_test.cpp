@@ -143,7 +143,7 @@ void run_case(const Case& c, std::uint32_t seed) {
   }
 
   DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
-  DeviceArray<std::uint16_t> d_a(a);
+  DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(to_wgmma_k_order(a, a_rows, k));
   DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
   DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
   const int extra_rows = 3;  // must stay poisoned
@@ -155,8 +155,9 @@ void run_case(const Case& c, std::uint32_t seed) {
   // 64-row one when capped (3 slots: the units fill them). 8-11: the decode
   // tiles' cluster split-K (k = 320 is 5 chunks: with 3 x 4 or 8 x 2 K-warps
   // some warps and CTAs get no chunk), filled / capped grids. 12-13: wgmma
-  // (128 x 128; m = 1024 gives full token tiles and narrower tails, n = 80 /
-  // 112 a partial 128-row tile).
+  // (A in the wgmma K order; 128 x 128, m = 1024 gives full token tiles and
+  // narrow tails, n = 80 / 112 a partial 128-row tile, 5 chunks a one-chunk
+  // last stage).
   struct Variant {
     W4Tile tile;
     int max_ctas, k_split;
@@ -182,7 +183,9 @@ void run_case(const Case& c, std::uint32_t seed) {
     args.n = n;
     args.k = k;
     args.expert_offsets = d_offsets.ptr;
-    args.a = d_a.ptr;
+    const bool wgmma = tile == W4Tile::kWgmma;
+    args.a = wgmma ? d_a_wgmma.ptr : d_a.ptr;
+    args.a_order = wgmma ? W4KOrder::kWgmma : W4KOrder::kNatural;
     args.row_index = c.gather ? d_row_index.ptr : nullptr;
     args.w = d_w.ptr;
     args.w_scales = d_s.ptr;
@@ -275,7 +278,7 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     std::vector<std::uint16_t> a(k * k, 0);
     for (std::int64_t i = 0; i < k; ++i) a[i * k + i] = 0x3F80;  // 1.0
     DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, static_cast<int>(k)});
-    DeviceArray<std::uint16_t> d_a(a), d_out(k * n);
+    DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(to_wgmma_k_order(a, k, k)), d_out(k * n);
     DeviceArray<u8> d_w(sc), d_s(ss);
     W4A16GemmArgs args;
     args.format = f;
@@ -291,6 +294,9 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     for (W4Tile tile : {W4Tile::kLarge, W4Tile::kWgmma}) {
       SCOPED_TRACE(w4_tile_name(tile));
       args.tile = tile;
+      const bool wgmma = tile == W4Tile::kWgmma;
+      args.a = wgmma ? d_a_wgmma.ptr : d_a.ptr;
+      args.a_order = wgmma ? W4KOrder::kWgmma : W4KOrder::kNatural;
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
       w4a16_grouped_gemm(args);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -121,4 +121,17 @@ inline W4Weights random_weights(std::mt19937& rng, W4Format f, int e, std::int64
   return w;
 }
 
+// rows x k bf16 (row stride k) in the wgmma K order (W4KOrder::kWgmma), written out from its
+// definition: inside every 64-wide chunk, word w (two bf16) holds natural word 8 (w % 4) + w / 4.
+inline std::vector<std::uint16_t> to_wgmma_k_order(const std::vector<std::uint16_t>& a,
+                                                   std::int64_t rows, std::int64_t k) {
+  std::vector<std::uint16_t> out(a.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < k / 64; ++c)
+      for (int w = 0; w < 32; ++w)
+        for (int h = 0; h < 2; ++h)
+          out[r * k + 64 * c + 2 * w + h] = a[r * k + 64 * c + 2 * (8 * (w % 4) + w / 4) + h];
+  return out;
+}
+
 }  // namespace moekit::gemm::w4a16_test

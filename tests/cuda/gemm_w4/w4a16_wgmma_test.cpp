@@ -4,8 +4,10 @@
 // bound as there: relative L2 < 4e-3 vs float64 (fp32 accumulation + the final bf16 rounding).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,14 +22,17 @@ namespace {
 
 using namespace w4a16_test;
 
-// The wgmma tile on shapes its small cases do not reach: 20 K chunks (the
-// weight and activation rings wrap several times), n = 272 (two full 128-row
-// tiles + one 16-row tile), gathered rows, bias, row scale. Routing A: experts
-// with 0, 1, 31, 64, 65, 129 and 300 rows (the 128-token configuration: full
-// tiles and every narrower tail); routing B: 700 and 1000 rows (>= 384 rows
-// per expert: the 256-token configuration, partial last tiles). Checked
-// against float64 (same bound as above); repeated runs, a capped grid (3 CTAs)
-// and a CUDA-graph replay bitwise equal to the first run.
+// The wgmma tile on shapes its small cases do not reach: 20 / 21 K chunks (the
+// weight and activation rings wrap several times; 21: a one-chunk last stage),
+// n = 272 (two full 128-row tiles + one 16-row tile), gathered rows, bias, row
+// scale. A reaches the kernel through the device conversion
+// (w4a16_to_wgmma_k_order) of the natural rows the reference reads. Routing A:
+// experts with 0, 1, 31, 64, 65, 129 and 300 rows (the 128-token tile: full
+// tiles, partial ones and every N = 32 tail); routing B: 700 and 1000 rows
+// (many full tiles); routing C: 97..160 rows per expert (the 160-token tile,
+// one tile per expert, and a 33-row expert on the full N). Checked against
+// float64 (same bound as above); repeated runs, a capped grid (3 CTAs) and a
+// CUDA-graph replay bitwise equal to the first run.
 TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
   MOEKIT_REQUIRE_GPU();
   const std::uint32_t seed = test_seed();
@@ -37,16 +42,20 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
     std::vector<int> rows_per_expert;
     W4Format f;
     W4Epilogue epi;
+    std::int64_t k;
   };
-  const std::vector<int> routing_a = {31, 0, 129, 1, 300, 64, 65}, routing_b = {700, 1000};
-  const Config configs[] = {{routing_a, W4Format::kNVFP4, W4Epilogue::kNone},
-                            {routing_a, W4Format::kNVFP4, W4Epilogue::kSiluAndMul},
-                            {routing_a, W4Format::kMXFP4, W4Epilogue::kNone},
-                            {routing_a, W4Format::kMXFP4, W4Epilogue::kSiluAndMul},
-                            {routing_b, W4Format::kNVFP4, W4Epilogue::kSiluAndMul},
-                            {routing_b, W4Format::kMXFP4, W4Epilogue::kNone}};
-  const std::int64_t k = 1280;
+  const std::vector<int> routing_a = {31, 0, 129, 1, 300, 64, 65}, routing_b = {700, 1000},
+                         routing_c = {150, 97, 130, 160, 0, 33, 120};
+  const Config configs[] = {{routing_a, W4Format::kNVFP4, W4Epilogue::kNone, 1280},
+                            {routing_a, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1344},
+                            {routing_a, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
+                            {routing_a, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280},
+                            {routing_b, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1280},
+                            {routing_b, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
+                            {routing_c, W4Format::kNVFP4, W4Epilogue::kNone, 1344},
+                            {routing_c, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280}};
   for (const Config& cfg : configs) {
+    const std::int64_t k = cfg.k;
     const W4Format f = cfg.f;
     const W4Epilogue epi = cfg.epi;
     const int e = static_cast<int>(cfg.rows_per_expert.size());
@@ -55,7 +64,7 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
     const int m = offsets[e];
     {
       SCOPED_TRACE(w4_format_name(f) + " epi " + std::to_string(static_cast<int>(epi)) + " m " +
-                   std::to_string(m));
+                   std::to_string(m) + " k " + std::to_string(k));
       const bool gated = epi != W4Epilogue::kNone;
       const std::int64_t n = 272, width = gated ? n / 2 : n;
       const W4Weights w = random_weights(rng, f, e, n, k, gated);
@@ -70,7 +79,8 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       for (auto& v : bias) v = normal(rng);
       for (auto& v : row_scale) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
       DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
-      DeviceArray<std::uint16_t> d_a(a), d_out(m * width);
+      DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(a.size()), d_out(m * width);
+      w4a16_to_wgmma_k_order(d_a.ptr, 0, d_a_wgmma.ptr, 0, a_rows, k, nullptr);
       DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
       DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
       W4A16GemmArgs args;
@@ -82,7 +92,8 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       args.n = n;
       args.k = k;
       args.expert_offsets = d_offsets.ptr;
-      args.a = d_a.ptr;
+      args.a = d_a_wgmma.ptr;
+      args.a_order = W4KOrder::kWgmma;
       args.row_index = d_row_index.ptr;
       args.w = d_w.ptr;
       args.w_scales = d_s.ptr;
@@ -156,6 +167,199 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
   }
 }
 
+// The device conversion to the wgmma K order equals its definition (the host
+// helper) bitwise, with row strides on both sides (bytes between the rows stay
+// untouched), and w4a16_wgmma_k_source is the same map; bad arguments are
+// refused naming the argument.
+TEST(W4A16Gemm, WgmmaKOrderConversionMatchesItsDefinition) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int j = 0; j < 64; ++j) {
+    std::vector<std::uint16_t> one(64, 0);
+    one[w4a16_wgmma_k_source(j)] = 1;
+    EXPECT_EQ(to_wgmma_k_order(one, 1, 64)[j], 1) << "column " << j;
+  }
+  const std::int64_t rows = 37, k = 192, lds = 200, ldd = 256;
+  std::vector<std::uint16_t> src(rows * lds), packed(rows * k);
+  std::uniform_int_distribution<int> bits(0, 0xFFFF);
+  for (auto& v : src) v = static_cast<std::uint16_t>(bits(rng));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < k; ++c) packed[r * k + c] = src[r * lds + c];
+  const std::vector<std::uint16_t> want = to_wgmma_k_order(packed, rows, k);
+  DeviceArray<std::uint16_t> d_src(src), d_dst(rows * ldd);
+  ASSERT_EQ(cudaMemset(d_dst.ptr, 0xAB, d_dst.count * 2), cudaSuccess);
+  w4a16_to_wgmma_k_order(d_src.ptr, lds, d_dst.ptr, ldd, rows, k, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<std::uint16_t> got = d_dst.download();
+  int bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < ldd; ++c) {
+      const std::uint16_t expect = c < k ? want[r * k + c] : 0xABAB;
+      if (got[r * ldd + c] != expect && bad++ < 5)
+        ADD_FAILURE() << "row " << r << " column " << c << ": " << got[r * ldd + c] << " vs "
+                      << expect;
+    }
+  EXPECT_EQ(bad, 0);
+  auto expect_error = [&](const char* what, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "expected moekit::Error naming " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error("k:",
+               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 0, d_dst.ptr, 0, rows, 96, nullptr); });
+  expect_error("lds",
+               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 100, d_dst.ptr, 0, 2, 128, nullptr); });
+  expect_error("src",
+               [&] { w4a16_to_wgmma_k_order(d_src.ptr + 1, 0, d_dst.ptr, 0, 2, 64, nullptr); });
+  expect_error("dst",
+               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 0, d_src.ptr + 64, 0, 2, 64, nullptr); });
+  expect_error("j:", [&] { w4a16_wgmma_k_source(64); });
+}
+
+// GEMM1 (gated) writing its rows in the wgmma K order is BITWISE its natural-order output
+// converted (only the store addresses differ); GEMM2 reading those rows agrees with the large
+// mma.sync tile's natural-order chain within relative L2 1e-3 (the same exact products summed in
+// fp32 by another instruction, wgmma instead of mma.sync: the rounding of the fp32 sums may
+// differ; on the H200, 2026-12-01, MXFP4 came out bitwise equal here, NVFP4 not), for
+// 128- and 160-token tiles and one-chunk last stages (K = 320 and 192).
+TEST(W4A16Gemm, WgmmaChainInKOrderMatchesNaturalOrderAndLargeTile) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto rel_l2 = [](const std::vector<std::uint16_t>& x, const std::vector<std::uint16_t>& y) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double a = bf16_to_float(x[i]), b = bf16_to_float(y[i]);
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+  };
+  for (const std::vector<int>& rows_per_expert :
+       {std::vector<int>{400, 0, 57, 330}, std::vector<int>{120, 140, 101, 159}}) {
+    for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
+      SCOPED_TRACE(w4_format_name(f) + " rows " + std::to_string(rows_per_expert[0]));
+      const int e = static_cast<int>(rows_per_expert.size());
+      std::vector<std::int32_t> offsets(e + 1, 0);
+      for (int i = 0; i < e; ++i) offsets[i + 1] = offsets[i] + rows_per_expert[i];
+      const int m = offsets[e];
+      const std::int64_t h = 320, inter = 192;  // GEMM1: N = 384, K = 320; GEMM2: N = 320, K = 192
+      const W4Weights w13 = random_weights(rng, f, e, 2 * inter, h, true);
+      const W4Weights w2 = random_weights(rng, f, e, h, inter, false);
+      std::vector<std::uint16_t> x(m * h);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (auto& v : x) v = float_to_bf16(normal(rng));
+      std::vector<float> bias1(e * 2 * inter), bias2(e * h);
+      for (auto& v : bias1) v = normal(rng);
+      for (auto& v : bias2) v = normal(rng);
+      DeviceArray<std::int32_t> d_offsets(offsets);
+      DeviceArray<std::uint16_t> d_x(x), d_xw(to_wgmma_k_order(x, m, h)), d_act(m * inter),
+          d_out(m * h);
+      DeviceArray<u8> d_w13(w13.shuffled_codes), d_s13(w13.shuffled_scales),
+          d_w2(w2.shuffled_codes), d_s2(w2.shuffled_scales);
+      DeviceArray<float> d_a13(w13.alpha), d_a2(w2.alpha), d_b1(bias1), d_b2(bias2);
+      W4A16GemmArgs g1;
+      g1.format = f;
+      g1.epilogue = W4Epilogue::kSwigluOai;
+      g1.num_experts = e;
+      g1.m = m;
+      g1.n = 2 * inter;
+      g1.k = h;
+      g1.expert_offsets = d_offsets.ptr;
+      g1.w = d_w13.ptr;
+      g1.w_scales = d_s13.ptr;
+      g1.alpha = f == W4Format::kNVFP4 ? d_a13.ptr : nullptr;
+      g1.bias = d_b1.ptr;
+      g1.out = d_act.ptr;
+      W4A16GemmArgs g2 = g1;
+      g2.epilogue = W4Epilogue::kNone;
+      g2.n = h;
+      g2.k = inter;
+      g2.a = d_act.ptr;
+      g2.w = d_w2.ptr;
+      g2.w_scales = d_s2.ptr;
+      g2.alpha = f == W4Format::kNVFP4 ? d_a2.ptr : nullptr;
+      g2.bias = d_b2.ptr;
+      g2.out = d_out.ptr;
+      auto run = [&](const W4A16GemmArgs& g, DeviceArray<std::uint16_t>& out) {
+        EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
+        w4a16_grouped_gemm(g);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return out.download();
+      };
+      // Large tile, natural order.
+      W4A16GemmArgs l1 = g1, l2 = g2;
+      l1.tile = l2.tile = W4Tile::kLarge;
+      l1.a = d_x.ptr;
+      const std::vector<std::uint16_t> act_large = run(l1, d_act), out_large = run(l2, d_out);
+      // wgmma (kAuto on wgmma-order A), natural then wgmma-order output, then GEMM2.
+      g1.a = d_xw.ptr;
+      g1.a_order = g2.a_order = W4KOrder::kWgmma;
+      EXPECT_EQ(w4a16_resolve_tile(g1), W4Tile::kWgmma);
+      const std::vector<std::uint16_t> act_natural = run(g1, d_act);
+      g1.out_order = W4KOrder::kWgmma;
+      const std::vector<std::uint16_t> act_k = run(g1, d_act);
+      EXPECT_EQ(act_k, to_wgmma_k_order(act_natural, m, inter)) << "out_order changed values";
+      const std::vector<std::uint16_t> out_wgmma = run(g2, d_out);
+      const double e1 = rel_l2(act_natural, act_large), e2 = rel_l2(out_wgmma, out_large);
+      std::cout << w4_format_name(f) << " m " << m << ": relative L2 to the large tile GEMM1 " << e1
+                << ", GEMM2 " << e2 << "\n";
+      EXPECT_LT(e1, 1e-3);
+      EXPECT_LT(e2, 1e-3);
+      int nan = 0;
+      for (std::uint16_t v : out_wgmma) nan += std::isnan(bf16_to_float(v));
+      EXPECT_EQ(nan, 0);
+    }
+  }
+}
+
+// a_order must be kWgmma exactly for the wgmma tile; out_order kWgmma needs the wgmma tile and an
+// output width that is a multiple of 64. Each refusal names the argument.
+TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
+  MOEKIT_REQUIRE_GPU();
+  DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, 1});
+  DeviceArray<std::uint16_t> d_a(128), d_out(128);
+  DeviceArray<u8> d_w(16 * 128 / 2), d_s(256);
+  W4A16GemmArgs args;
+  args.num_experts = 1;
+  args.m = 1;
+  args.n = 16;
+  args.k = 128;
+  args.expert_offsets = d_offsets.ptr;
+  args.a = d_a.ptr;
+  args.w = d_w.ptr;
+  args.w_scales = d_s.ptr;
+  args.out = d_out.ptr;
+  auto expect_error = [&](const W4A16GemmArgs& a, const char* what) {
+    try {
+      w4a16_grouped_gemm(a);
+      ADD_FAILURE() << "expected moekit::Error naming " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  W4A16GemmArgs x = args;
+  x.tile = W4Tile::kWgmma;  // natural A
+  expect_error(x, "a_order");
+  x = args;
+  x.tile = W4Tile::kLarge;
+  x.a_order = W4KOrder::kWgmma;
+  expect_error(x, "a_order");
+  x = args;
+  x.out_order = W4KOrder::kWgmma;  // tile decode8
+  expect_error(x, "out_order");
+  x = args;
+  x.a_order = x.out_order = W4KOrder::kWgmma;  // output width 16
+  expect_error(x, "out_order");
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // The wgmma tile refuses scales that are not 16-byte aligned (bulk copies of
 // the 16-byte-granular scale records).
 TEST(W4A16Gemm, WgmmaRejectsMisalignedScales) {
@@ -165,6 +369,7 @@ TEST(W4A16Gemm, WgmmaRejectsMisalignedScales) {
   DeviceArray<u8> d_w(512), d_s(128);
   W4A16GemmArgs args;
   args.tile = W4Tile::kWgmma;
+  args.a_order = W4KOrder::kWgmma;
   args.num_experts = 1;
   args.m = 1;
   args.n = 16;
