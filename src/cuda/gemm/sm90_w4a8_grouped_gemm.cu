@@ -23,9 +23,12 @@ using sm90_w4a8::W4A8Params;
 // tile. No 256-token tile: the promotion keeps a second accumulator set (2 x 128 registers would
 // not fit).
 using Tile128 = W4A8Config<128, 6, 7, true>;
-// 160 tokens when the experts average 96..160 rows (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +-
-// 11): one token tile per expert instead of 128 + a short tail tile that streams the weights again
-// (no narrow variant: its registers would spill, and > 160 rows is a rare tail here).
+// 160 tokens when the experts average 96 rows or more (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +-
+// 11 rows, one token tile per expert instead of 128 + a short tail tile that streams the weights
+// again; no narrow variant: its registers would spill). Also faster with several tiles per expert
+// despite a full-width tail (H200, layer, 2026-12-01g, us, 128 / 160 tokens: Qwen3-235B 4096 tokens
+// = 256 rows per expert 3491 / 3299, Mixtral 2048 = 512 rows 2921 / 2802, Mixtral 4096 = 1024 rows
+// 5756 / 5437; below 96, Qwen3-235B 512 = 32 rows, 1048 / 1256).
 using Tile160 = W4A8Config<160, 6, 7, false>;
 
 template <typename Cfg, int kEpi>
@@ -98,7 +101,7 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   const std::int64_t active =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
   const std::int64_t rows_per_expert = (args.m + active - 1) / active;
-  bool wide = rows_per_expert >= 96 && rows_per_expert <= 160;
+  bool wide = rows_per_expert >= 96;
   // Measurement override: MOEKIT_W4A8_TILE=128 | 160 (the token tile).
   if (const char* env = std::getenv("MOEKIT_W4A8_TILE"); env && *env) {
     const std::string v(env);

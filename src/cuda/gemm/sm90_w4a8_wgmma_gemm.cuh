@@ -78,8 +78,8 @@ struct EpilogueCodec {
   static constexpr float kUnscale = 1.0f;
 };
 
-// kTokens: wgmma N (128, or 160 for experts of ~100-160 rows: one token tile holds them, where
-// 128 would stream each weight tile twice for a short second tile). kWStages: weight ring depth
+// kTokens: wgmma N (128, or 160 from ~100 rows per expert: one token tile holds 100-160 of them,
+// where 128 would stream each weight tile twice for a short second tile). kWStages: weight ring depth
 // in stages. kAStages: activation slots (stage c + kAStages - 2 is requested at stage c).
 // kNarrowTails: token tiles with at most 32 rows (an expert's short last tile) run an N = 32
 // wgmma.
