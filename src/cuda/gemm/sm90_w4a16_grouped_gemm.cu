@@ -91,13 +91,9 @@ void launch_config(const W4A16GemmArgs& args, const Params& params) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem));
     MOEKIT_CHECK(per_sm > 0, "w4a16_grouped_gemm: tile ", w4_tile_name(args.tile),
                  " does not fit on this device (shared memory ", smem, " bytes)");
-    // Upper bound of the units the kernel finds on the device: every expert adds
-    // at most one partial token tile.
-    const std::int64_t token_tiles = (args.m + Cfg::kTokens - 1) / Cfg::kTokens +
-                                     std::min<std::int64_t>(args.num_experts, args.m);
-    const std::int64_t row_tiles = (args.n + Cfg::kRows - 1) / Cfg::kRows;
     std::int64_t grid = std::min<std::int64_t>(
-        token_tiles * row_tiles, static_cast<std::int64_t>(per_sm) * multiprocessors());
+        grouped_units_bound(args.m, args.num_experts, args.n, Cfg::kTokens, Cfg::kRows),
+        static_cast<std::int64_t>(per_sm) * multiprocessors());
     if (args.max_ctas > 0) grid = std::min<std::int64_t>(grid, args.max_ctas);
     kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem,
              static_cast<cudaStream_t>(args.stream)>>>(params);
@@ -146,11 +142,7 @@ W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   if (args.tile != W4Tile::kAuto) return args.tile;
   // The caller chose the wgmma K order for the wgmma tile (w4a16_prefers_wgmma).
   if (args.a_order == W4KOrder::kWgmma) return W4Tile::kWgmma;
-  // Expected rows per active expert (uniform routing): m spread over min(E, m)
-  // experts.
-  const std::int64_t active =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
-  const std::int64_t per_expert = (args.m + active - 1) / active;
+  const std::int64_t per_expert = rows_per_active_expert(args.m, args.num_experts);
   // decode16 is not chosen: every warp reads its 16 tokens' activations from
   // L2 (4x the weight bytes), mid32 shares them through shared memory (v4).
   if (per_expert <= 8) return W4Tile::kDecode8;
@@ -169,8 +161,7 @@ bool w4a16_prefers_wgmma(std::int64_t m, int num_experts) {
                      "a non-negative integer", v);
     return static_cast<std::int64_t>(rows);
   }();
-  const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, m));
-  return (m + active - 1) / active > min_rows;
+  return rows_per_active_expert(m, num_experts) > min_rows;
 }
 
 void w4a16_grouped_gemm(const W4A16GemmArgs& args) {

@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/activation/gated_math.cuh"
@@ -127,6 +128,49 @@ __device__ __forceinline__ void prefix_token_tiles(const Params& p, int lane, in
     if (e < p.num_experts) tile_start[e + 1] = carry + incl;
     carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
   }
+}
+
+// Unit u of a wgmma kernel's persistent grid (W4A16 / W4A8). Units are (expert, 128-row tile,
+// token tile), expert-major: expert e owns units [tile_start[e], tile_start[e + 1]) x
+// cta_row_tiles, row tile major, token tile minor, so one wave of the grid shares the expert's
+// activations and each weight tile through L2. Empty experts share their successor's start and
+// lose the tie.
+struct WgmmaUnit {
+  int e, cta_rt, row_begin, row_end;
+};
+template <int kTokens>
+__device__ __forceinline__ WgmmaUnit wgmma_unit_at(const Params& p, const int* tile_start,
+                                                   int cta_row_tiles, int u) {
+  int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] * row tiles <= u
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] * cta_row_tiles <= u)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int e = lo;
+  const int tiles_e = tile_start[e + 1] - tile_start[e];
+  const int local = u - tile_start[e] * cta_row_tiles;
+  const int cta_rt = local / tiles_e, tt = local % tiles_e;
+  const int row_begin = expert_offset(p, e) + tt * kTokens;
+  const int row_end = expert_offset(p, e + 1);
+  return {e, cta_rt, row_begin, row_end};
+}
+
+// Host: the expected rows per active expert of m routed rows (uniform routing: m spread over
+// min(E, m) experts), what the 4-bit launchers pick their tiles by.
+inline std::int64_t rows_per_active_expert(std::int64_t m, int num_experts) {
+  const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, m));
+  return (m + active - 1) / active;
+}
+// Host: an upper bound of the units of a persistent grouped kernel with token tiles of `tokens`
+// rows and weight tiles of `rows` rows: every expert adds at most one partial token tile.
+inline std::int64_t grouped_units_bound(std::int64_t m, int num_experts, std::int64_t n, int tokens,
+                                        int rows) {
+  const std::int64_t token_tiles =
+      (m + tokens - 1) / tokens + std::min<std::int64_t>(num_experts, m);
+  return token_tiles * ((n + rows - 1) / rows);
 }
 
 // The expert of token tile tt: the largest e with tile_start[e] <= tt (binary search over the

@@ -75,9 +75,7 @@ __global__ void to_wgmma_k_order_kernel(const std::uint32_t* __restrict__ src, s
 }  // namespace
 
 void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
-  const std::int64_t active =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
-  const std::int64_t rows_per_expert = (args.m + active - 1) / active;
+  const std::int64_t rows_per_expert = rows_per_active_expert(args.m, args.num_experts);
   int tokens = rows_per_expert >= kRowsFor256 ? 256 : rows_per_expert >= 96 ? 160 : 128;
   // The 256-token tile's shared memory grows with the experts (4 bytes each): 128 where it does
   // not fit.

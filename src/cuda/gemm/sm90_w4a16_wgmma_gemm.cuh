@@ -276,22 +276,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) w4a16_wgmma_gemm_kernel(Para
   const std::uint32_t stages = (p.k / 64 + 1) / 2;
   std::uint32_t seq = 0;  // stages consumed so far (weight ring slot / mbarrier phase)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
-    // Expert-major: expert e owns units [tile_start[e], tile_start[e + 1]) x cta_row_tiles, row
-    // tile major, token tile minor.
-    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] * row tiles <= u
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start[mid] * cta_row_tiles <= u)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int e = lo;
-    const int tiles_e = tile_start[e + 1] - tile_start[e];
-    const int local = u - tile_start[e] * cta_row_tiles;
-    const int cta_rt = local / tiles_e, tt = local % tiles_e;
-    const int row_begin = expert_offset(p, e) + tt * Cfg::kTokens;
-    const int row_end = expert_offset(p, e + 1);
+    const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
+    const int e = un.e, cta_rt = un.cta_rt, row_begin = un.row_begin, row_end = un.row_end;
     if (row_end - row_begin > Cfg::kNarrow) {
       wgmma_unit<Cfg, Cfg::kTokens, kNvfp4, kEpi>(p, lut, sm, seq, e, cta_rt, row_begin, row_end);
     } else {
@@ -309,11 +295,8 @@ cudaError_t launch_w4a16_wgmma(const Params& params, std::int64_t m, int max_cta
   const int smem = Cfg::smem_bytes(params.num_experts);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  // Upper bound of the units: every expert adds at most one partial token tile.
-  const std::int64_t token_tiles =
-      (m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(params.num_experts, m);
-  const std::int64_t row_tiles = (params.n + Cfg::kRows - 1) / Cfg::kRows;
-  std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles, sms);
+  std::int64_t grid = std::min<std::int64_t>(
+      grouped_units_bound(m, params.num_experts, params.n, Cfg::kTokens, Cfg::kRows), sms);
   if (max_ctas > 0) grid = std::min<std::int64_t>(grid, max_ctas);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(params);
   return cudaGetLastError();

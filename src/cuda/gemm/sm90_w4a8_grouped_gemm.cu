@@ -98,9 +98,7 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   wp.p = sm90_w4a16::grouped_gemm_params(args, lda, ldo);
   wp.a_scale = args.a_scale;
   wp.w_row_scale = args.w_row_scale;
-  const std::int64_t active =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.m));
-  const std::int64_t rows_per_expert = (args.m + active - 1) / active;
+  const std::int64_t rows_per_expert = sm90_w4a16::rows_per_active_expert(args.m, args.num_experts);
   bool wide = rows_per_expert >= 96;
   // Measurement override: MOEKIT_W4A8_TILE=128 | 160 (the token tile).
   if (const char* env = std::getenv("MOEKIT_W4A8_TILE"); env && *env) {

@@ -54,6 +54,7 @@ using sm90_w4a16::expert_offset;
 using sm90_w4a16::fence_mbar_init;
 using sm90_w4a16::fence_operand;
 using sm90_w4a16::fence_proxy_async_smem;
+using sm90_w4a16::grouped_units_bound;
 using sm90_w4a16::lds128;
 using sm90_w4a16::mbar_arrive_expect_tx;
 using sm90_w4a16::mbar_init;
@@ -64,7 +65,9 @@ using sm90_w4a16::smem_addr;
 using sm90_w4a16::smem_desc_k_major_sw128;
 using sm90_w4a16::wgmma_commit;
 using sm90_w4a16::wgmma_fence;
+using sm90_w4a16::wgmma_unit_at;
 using sm90_w4a16::wgmma_wait;
+using sm90_w4a16::WgmmaUnit;
 
 struct W4A8Params {
   Params p;              // a: e4m3 rows (as bytes), alpha unused (null)
@@ -369,20 +372,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) w4a8_wgmma_gemm_kernel(W4A8P
   const std::uint32_t stages = (p.k / 64 + 1) / 2;
   std::uint32_t seq = 0;  // stages consumed so far (weight ring stage / mbarrier parity)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
-    int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] * row tiles <= u
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start[mid] * cta_row_tiles <= u)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int e = lo;
-    const int tiles_e = tile_start[e + 1] - tile_start[e];
-    const int local = u - tile_start[e] * cta_row_tiles;
-    const int cta_rt = local / tiles_e, tt = local % tiles_e;
-    const int row_begin = expert_offset(p, e) + tt * Cfg::kTokens;
-    const int row_end = expert_offset(p, e + 1);
+    const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
+    const int e = un.e, cta_rt = un.cta_rt, row_begin = un.row_begin, row_end = un.row_end;
     const int rows = row_end - row_begin;
     const std::uint32_t tables = smem_addr(table);
     // One narrow variant only (a third inlined one pushes ptxas past 255 registers).
@@ -411,11 +402,9 @@ cudaError_t launch_w4a8_wgmma(const W4A8Params& wp, std::int64_t m, int max_ctas
   if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
     return err;
-  const std::int64_t token_tiles =
-      (m + Cfg::kTokens - 1) / Cfg::kTokens + std::min<std::int64_t>(wp.p.num_experts, m);
-  const std::int64_t row_tiles = (wp.p.n + Cfg::kRows - 1) / Cfg::kRows;
-  std::int64_t grid =
-      std::min<std::int64_t>(token_tiles * row_tiles, static_cast<std::int64_t>(per_sm) * sms);
+  std::int64_t grid = std::min<std::int64_t>(
+      grouped_units_bound(m, wp.p.num_experts, wp.p.n, Cfg::kTokens, Cfg::kRows),
+      static_cast<std::int64_t>(per_sm) * sms);
   if (max_ctas > 0) grid = std::min<std::int64_t>(grid, max_ctas);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(wp);
   return cudaGetLastError();
