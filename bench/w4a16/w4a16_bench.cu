@@ -181,10 +181,11 @@ int main(int argc, char** argv) {
       for (int m : token_counts) {
         const int rows = m * p.topk;
         __nv_bfloat16 *x, *act, *y;
-        CK(cudaMalloc(&x, sizeof(__nv_bfloat16) * m * p.h));
+        // m x topk rows: the wgmma tile reads its (already gathered) rows in order.
+        CK(cudaMalloc(&x, sizeof(__nv_bfloat16) * m * p.topk * p.h));
         CK(cudaMalloc(&act, sizeof(__nv_bfloat16) * rows * p.i));
         CK(cudaMalloc(&y, sizeof(__nv_bfloat16) * rows * p.h));
-        fill_bf16<<<1024, 256>>>(x, std::size_t(m) * p.h, 7);
+        fill_bf16<<<1024, 256>>>(x, std::size_t(m) * p.topk * p.h, 7);
         std::mt19937 rng(1234 + m);
         std::vector<Routing> sets(kSets);
         double distinct_sum = 0;
@@ -259,15 +260,15 @@ int main(int argc, char** argv) {
             g1.k = p.h;
             g1.expert_offsets = s.offsets;
             g1.a = x;
-            g1.row_index = s.row_index;
+            g1.row_index = tile == W4Tile::kWgmma ? nullptr : s.row_index;
             g1.w = w13;
             g1.w_scales = s13;
             g1.alpha = f == W4Format::kNVFP4 ? alpha : nullptr;
             g1.out = act;
             g1.stream = stream;
             g1.k_split = k_split;
-            // The wgmma tile reads (and GEMM1 writes GEMM2's) activations in the wgmma K order;
-            // the random x stands for already converted rows (timing only).
+            // The wgmma tile reads (and GEMM1 writes GEMM2's) activations in the wgmma K order,
+            // rows gathered; the random x stands for already converted rows (timing only).
             if (tile == W4Tile::kWgmma) g1.a_order = g1.out_order = W4KOrder::kWgmma;
             w4a16_grouped_gemm(g1);
             W4A16GemmArgs g2 = g1;

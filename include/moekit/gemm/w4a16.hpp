@@ -34,9 +34,9 @@ enum class W4Epilogue : std::uint8_t { kNone, kSiluAndMul, kSwigluOai };
 // Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8 or 64x8 (by the work
 // available), decode16 16x16 or 64x16 (likewise; both warp-independent streaming), mid32 128x32,
 // large 128x64 (mma.sync), wgmma 128x128, 128x160 or 128x256 by the rows per expert (warpgroup
-// MMA, sm_90a; needs w_scales 16-byte aligned and A in the wgmma K order, below). kAuto picks
-// decode8, mid32 or large from m and num_experts for natural-order A (never decode16), and wgmma
-// for wgmma-order A (the caller's choice: w4a16_prefers_wgmma).
+// MMA, sm_90a; needs w_scales 16-byte aligned, A in the wgmma K order, below, and no row_index).
+// kAuto picks decode8, mid32 or large from m and num_experts for natural-order A (never decode16),
+// and wgmma for wgmma-order A (the caller's choice: w4a16_prefers_wgmma).
 enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge, kWgmma };
 
 // Column order of an activation matrix inside every 64-wide K chunk. kNatural: column j holds
@@ -56,9 +56,12 @@ bool w4a16_available();                  // true when the SM90 kernels were comp
 int w4a16_wgmma_k_source(int j);
 // Writes rows x k bf16 (k % 64 == 0) from src (row stride lds, natural order) to dst (row stride
 // ldd, wgmma K order); strides in elements (0 = k), multiples of 8, 16-byte aligned pointers,
-// src and dst must not overlap. Asynchronous on stream, graph-capturable; rows == 0 is a no-op.
+// src and dst must not overlap. With row_index (device [rows], values in [0, src_rows)), dst row
+// r is source row row_index[r] (the gather the wgmma tile does not do: e.g. the routed rows of a
+// MoE layer in expert order). Asynchronous on stream, graph-capturable; rows == 0 is a no-op.
 void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::int64_t ldd,
-                            std::int64_t rows, std::int64_t k, StreamHandle stream);
+                            std::int64_t rows, std::int64_t k, StreamHandle stream,
+                            const std::int32_t* row_index = nullptr, std::int64_t src_rows = 0);
 
 // ---- Offline weight preparation (host, pure, invertible) ----------------------------------------
 // codes:  [E, N, K/2] e2m1x2 (moekit convention: low nibble = even k), row-major.
@@ -90,7 +93,9 @@ struct W4A16GemmArgs {
   // K order of A: kWgmma exactly for tile wgmma (kAuto then resolves to it).
   W4KOrder a_order = W4KOrder::kNatural;
   std::int64_t lda = 0;                          // elements (0 = K); lda % 8 == 0, a 16-B aligned
-  const std::int32_t* row_index = nullptr;       // optional device [R]: source row of A per row
+  // Optional device [R]: source row of A per row (not for tile wgmma, which reads A's rows in
+  // order through TMA: gather them with w4a16_to_wgmma_k_order's row_index).
+  const std::int32_t* row_index = nullptr;
   const std::uint8_t* w = nullptr;               // device, shuffled codes (E*N*K/2 bytes)
   const std::uint8_t* w_scales = nullptr;        // device, shuffled scales (E*N*K/sfv bytes)
   const float* alpha = nullptr;                  // optional device [E]: NVFP4 1/gs (decode scale)

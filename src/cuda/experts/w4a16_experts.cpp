@@ -23,9 +23,11 @@ using detail::ws_up;
 // rows itself: no gathered copy). a_rounded: bf16 [M, H] when the router weight is applied on
 // the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
 // (detail::round_input_rows).
-// counters: the fused reduce's (decode sizes, gemm::DecodeRouting). a_wgmma: bf16 [M, H], the
-// input rows in the wgmma K order, when the problem's size runs the wgmma tile
-// (gemm::w4a16_prefers_wgmma; GEMM1 then writes GEMM2's input in that order too).
+// counters: the fused reduce's (decode sizes, gemm::DecodeRouting). a_wgmma: bf16 [R, H], the
+// routed rows in expert order and the wgmma K order, when the problem's size runs the wgmma tile
+// (gemm::w4a16_prefers_wgmma; GEMM1 then writes GEMM2's input in that order too). It shares
+// out2's bytes: GEMM1 has read it before GEMM2 (a plain launch, no PDL on the wgmma tile)
+// writes out2.
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, out2,
       counters, a_wgmma, total;
@@ -47,8 +49,7 @@ Layout13 layout13(const MoeProblem& problem) {
   l.counters = p,
   p +=
       ws_up(static_cast<std::size_t>(gemm::decode_routing_counters(problem.layer.hidden_size)) * 4);
-  l.a_wgmma = p,
-  p += gemm::w4a16_prefers_wgmma(static_cast<std::int64_t>(r), e) ? ws_up(m * hh * 2) : 0;
+  l.a_wgmma = l.out2;
   l.total = p;
   return l;
 }
@@ -189,13 +190,15 @@ class W4A16Experts : public ModularExperts {
       detail::permute_by_expert(topk_ids, rows, e, offsets, sorted, prow, stream, k, tokens,
                                 ws_at(workspace13, l.permute_scratch));
     }
-    // Many rows per expert: the wgmma tile, which reads its activations in the wgmma K order (the
-    // input rows converted once; GEMM1 writes GEMM2's rows in that order).
+    // Many rows per expert: the wgmma tile, which reads its activations in expert order and the
+    // wgmma K order through TMA (the routed rows gathered and converted in one pass; GEMM1 writes
+    // GEMM2's rows in that order).
     const bool wgmma = !fused && gemm::w4a16_prefers_wgmma(rows, e);
     if (wgmma) {
       void* a_wgmma = ws_at(workspace13, l.a_wgmma);
-      gemm::w4a16_to_wgmma_k_order(a_src, h, a_wgmma, h, m, h, stream);
+      gemm::w4a16_to_wgmma_k_order(a_src, h, a_wgmma, h, rows, h, stream, tokens, m);
       g1.a = a_wgmma;
+      g1.row_index = nullptr;
       g1.a_order = g1.out_order = gemm::W4KOrder::kWgmma;
     }
     gemm::w4a16_grouped_gemm(g1);

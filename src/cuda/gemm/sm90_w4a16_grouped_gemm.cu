@@ -246,6 +246,9 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
     case W4Tile::kWgmma:
       MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w_scales) % 16 == 0, "w_scales",
                        "16-byte aligned for tile wgmma", static_cast<const void*>(args.w_scales));
+      MOEKIT_CHECK_ARG(args.row_index == nullptr, "row_index",
+                       "null for tile wgmma (gather the rows with w4a16_to_wgmma_k_order)",
+                       static_cast<const void*>(args.row_index));
       return w4a16_wgmma_launch(resolved, params);
     case W4Tile::kAuto:
       break;

@@ -11,6 +11,7 @@
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
+#include "cuda/runtime/sm90_tensor_map.hpp"
 #include "moekit/core/error.hpp"
 #include "sm90_w4a16_wgmma_gemm.cuh"
 
@@ -18,23 +19,47 @@ namespace moekit::gemm {
 namespace sm90_w4a16 {
 namespace {
 
-// 128 weight rows x 128 tokens (activation prefetch 3 stages ahead) below 96 rows per expert,
-// x 160 tokens (2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one
-// token tile), both with a 4-deep weight ring in ~200 KB of shared memory; x 256 tokens (1 ahead,
-// weight ring 3, ~222 KB) from 384 (Mixtral at 4096 tokens: 1024). One CTA per SM. Measured on the
-// H200, layer, NVFP4, 2026-12-01g (us, 128 / 160 / 256): DeepSeek-V3 2048 tokens (64 rows per
-// expert) 5849 / 6598 / 9364, 4096 (128) 9467 / 7625 / 10537; Qwen3-235B 2048 (128) 2145 / 1649 /
-// 2251, 4096 (256) 3497 / 3360 / 3631; Mixtral 4096 (1024) 6997 / - / 5907.
-using Wgmma128 = WgmmaConfig<128, 4, 5>;
-using Wgmma160 = WgmmaConfig<160, 4, 4>;
-using Wgmma256 = WgmmaConfig<256, 3, 3>;
+// 128 weight rows x 128 tokens (5 stages: 3 ahead) below 96 rows per expert, x 160 tokens (4
+// stages: 2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one token
+// tile), x 256 tokens (3 stages: 1 ahead, ~220 KB) from 384 (Mixtral at 4096 tokens: 1024). One
+// CTA per SM. Measured with v3 on the H200, layer, NVFP4, 2026-12-01g (us, 128 / 160 / 256):
+// DeepSeek-V3 2048 tokens (64 rows per expert) 5849 / 6598 / 9364, 4096 (128) 9467 / 7625 /
+// 10537; Qwen3-235B 2048 (128) 2145 / 1649 / 2251, 4096 (256) 3497 / 3360 / 3631; Mixtral 4096
+// (1024) 6997 / - / 5907.
+using Wgmma128 = WgmmaConfig<128, 5>;
+using Wgmma160 = WgmmaConfig<160, 4>;
+using Wgmma256 = WgmmaConfig<256, 3>;
 constexpr std::int64_t kRowsFor256 = 384;
+
+// The launch's TMA descriptors (WgmmaMaps): A rows in order, the codes as 8-byte elements.
+template <typename Cfg>
+WgmmaMaps wgmma_maps(const W4A16GemmArgs& args, const Params& params) {
+  const std::uint64_t tiles = static_cast<std::uint64_t>(args.num_experts) * (args.n / 16);
+  const std::uint64_t chunks = args.k / 64;
+  const std::uint64_t record = args.format == W4Format::kNVFP4 ? 64 : 32;
+  const std::uint64_t lda_bytes = static_cast<std::uint64_t>(params.lda) * 2;
+  WgmmaMaps m;
+  m.a = cuda::encode_tensor_map_2d("a", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.a, args.k, args.m,
+                                   lda_bytes, 64, Cfg::kTokens, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.a_narrow = cuda::encode_tensor_map_2d(
+      "a", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.a, args.k, args.m, lda_bytes, 64, Cfg::kNarrow,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.codes = cuda::encode_tensor_map_2d("w", CU_TENSOR_MAP_DATA_TYPE_UINT64, args.w, chunks * 64,
+                                       tiles, chunks * 512, 128, 8, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.scales = cuda::encode_tensor_map_2d(
+      "w_scales", CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w_scales, chunks * record, tiles,
+      chunks * record, static_cast<std::uint32_t>(2 * record), 8, CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  return m;
+}
 
 template <typename Cfg, bool kNvfp4, int kEpi>
 void launch(const W4A16GemmArgs& args, const Params& params) {
   MOEKIT_CUDA_CHECK((launch_w4a16_wgmma<Cfg, kNvfp4, kEpi>(
-      params, args.m, args.max_ctas, cuda::current_device_multiprocessors(),
-      static_cast<cudaStream_t>(args.stream))));
+      params, wgmma_maps<Cfg>(args, params), args.m, args.max_ctas,
+      cuda::current_device_multiprocessors(), static_cast<cudaStream_t>(args.stream))));
 }
 
 template <typename Cfg>
@@ -59,16 +84,19 @@ void dispatch(const W4A16GemmArgs& args, const Params& params) {
   MOEKIT_FAIL("w4a16_grouped_gemm: epilogue: unknown value ", static_cast<int>(args.epilogue));
 }
 
-// Output piece p (16 bytes) of a 64-wide chunk = natural words p, p + 8, p + 16, p + 24.
+// Output piece p (16 bytes) of a 64-wide chunk = natural words p, p + 8, p + 16, p + 24 of source
+// row row_index[r] (r without row_index).
 __global__ void to_wgmma_k_order_kernel(const std::uint32_t* __restrict__ src, std::int64_t lds,
                                         uint4* __restrict__ dst, std::int64_t ldd,
-                                        std::int64_t rows, int chunks) {
+                                        std::int64_t rows, int chunks,
+                                        const std::int32_t* __restrict__ row_index) {
   const std::int64_t pieces = static_cast<std::int64_t>(chunks) * 8;
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * pieces) return;
   const std::int64_t r = i / pieces;
   const int c = static_cast<int>(i % pieces) / 8, q = static_cast<int>(i % 8);
-  const std::uint32_t* s = src + r * lds + c * 32 + q;
+  const std::int64_t sr = row_index ? row_index[r] : r;
+  const std::uint32_t* s = src + sr * lds + c * 32 + q;
   dst[r * ldd + c * 8 + q] = make_uint4(s[0], s[8], s[16], s[24]);
 }
 
@@ -97,7 +125,8 @@ void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
 }  // namespace sm90_w4a16
 
 void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::int64_t ldd,
-                            std::int64_t rows, std::int64_t k, StreamHandle stream) {
+                            std::int64_t rows, std::int64_t k, StreamHandle stream,
+                            const std::int32_t* row_index, std::int64_t src_rows) {
   MOEKIT_CHECK_ARG(rows >= 0 && rows < (std::int64_t{1} << 31), "rows", "in [0, 2^31)", rows);
   MOEKIT_CHECK_ARG(k > 0 && k % 64 == 0 && k < (std::int64_t{1} << 30), "k",
                    "a positive multiple of 64", k);
@@ -110,9 +139,13 @@ void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::i
                    "a 16-byte aligned device pointer", src);
   MOEKIT_CHECK_ARG(dst != nullptr && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "dst",
                    "a 16-byte aligned device pointer", dst);
+  if (row_index != nullptr)
+    MOEKIT_CHECK_ARG(src_rows > 0 && src_rows < (std::int64_t{1} << 31), "src_rows",
+                     "the rows of src (> 0) with row_index", src_rows);
+  const std::int64_t n_src = row_index ? src_rows : rows;
   const auto* s = static_cast<const char*>(src);
   const auto* d = static_cast<const char*>(dst);
-  const std::int64_t src_end = ((rows - 1) * lds + k) * 2, dst_end = ((rows - 1) * ldd + k) * 2;
+  const std::int64_t src_end = ((n_src - 1) * lds + k) * 2, dst_end = ((rows - 1) * ldd + k) * 2;
   MOEKIT_CHECK_ARG(s + src_end <= d || d + dst_end <= s, "dst", "not overlapping src", dst);
   const int chunks = static_cast<int>(k / 64);
   const std::int64_t threads = rows * chunks * 8;
@@ -120,7 +153,7 @@ void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::i
   sm90_w4a16::to_wgmma_k_order_kernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock),
                                         kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const std::uint32_t*>(src), lds / 2, static_cast<uint4*>(dst), ldd / 8, rows,
-      chunks);
+      chunks, row_index);
   MOEKIT_CUDA_CHECK(cudaGetLastError());
 }
 

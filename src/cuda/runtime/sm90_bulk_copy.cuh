@@ -1,12 +1,14 @@
-// SM90 mbarrier + bulk async copy (the copy engine, cp.async.bulk) building blocks, on 32-bit
-// shared-memory addresses: used by the W4A16 wgmma weight ring (gemm/sm90_w4a16_wgmma_gemm.cuh)
-// and the FP4 quantize row staging (quant/quantize_fp4_rows.cuh).
+// SM90 mbarrier + bulk async copy (the copy engine: cp.async.bulk, and its tensor form through a
+// TMA descriptor, cp.async.bulk.tensor) building blocks, on 32-bit shared-memory addresses: used
+// by the W4A16 wgmma tile (gemm/sm90_w4a16_wgmma_gemm.cuh) and the FP4 quantize row staging
+// (quant/quantize_fp4_rows.cuh). Tensor maps: cuda/runtime/sm90_tensor_map.hpp.
 //
 // Async proxy: a fence.proxy.async of other threads' generic accesses does not wait for them;
 // completion of a bulk copy is observed through its mbarrier, which also makes the data visible
 // to the threads that waited on it.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -48,6 +50,23 @@ __device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src
       "bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+}
+
+// The box of `map` at element coordinates (x inner, y outer) -> this CTA's shared memory at dst
+// (1024-byte aligned for a 128-byte swizzle), completing the box's bytes on mbarrier `bar`
+// (out-of-bounds elements are written as zeros and counted). `map` must be a __grid_constant__
+// kernel parameter (or in global / constant memory).
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                            std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+// Fetches a tensor map into the descriptor cache ahead of its first use.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
 
 }  // namespace moekit::cuda::sm90

@@ -143,7 +143,12 @@ void run_case(const Case& c, std::uint32_t seed) {
   }
 
   DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
-  DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(to_wgmma_k_order(a, a_rows, k));
+  // The wgmma tile reads its rows in order (no row_index): the gathered rows, converted.
+  std::vector<std::uint16_t> gathered(static_cast<std::size_t>(std::max(1, c.m)) * k);
+  for (int r = 0; r < c.m; ++r)
+    std::copy_n(a.begin() + static_cast<std::int64_t>(row_index[r]) * k, k,
+                gathered.begin() + static_cast<std::int64_t>(r) * k);
+  DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(to_wgmma_k_order(gathered, std::max(1, c.m), k));
   DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
   DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
   const int extra_rows = 3;  // must stay poisoned
@@ -186,7 +191,7 @@ void run_case(const Case& c, std::uint32_t seed) {
     const bool wgmma = tile == W4Tile::kWgmma;
     args.a = wgmma ? d_a_wgmma.ptr : d_a.ptr;
     args.a_order = wgmma ? W4KOrder::kWgmma : W4KOrder::kNatural;
-    args.row_index = c.gather ? d_row_index.ptr : nullptr;
+    args.row_index = c.gather && !wgmma ? d_row_index.ptr : nullptr;
     args.w = d_w.ptr;
     args.w_scales = d_s.ptr;
     args.alpha = c.format == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;

@@ -25,8 +25,8 @@ using namespace w4a16_test;
 // The wgmma tile on shapes its small cases do not reach: 20 / 21 K chunks (the
 // weight and activation rings wrap several times; 21: a one-chunk last stage),
 // n = 272 (two full 128-row tiles + one 16-row tile), gathered rows, bias, row
-// scale. A reaches the kernel through the device conversion
-// (w4a16_to_wgmma_k_order) of the natural rows the reference reads. Routing A:
+// scale. A reaches the kernel through the device conversion (w4a16_to_wgmma_k_order,
+// gathering the rows through row_index) of the natural rows the reference reads. Routing A:
 // experts with 0, 1, 31, 64, 65, 129 and 300 rows (the 128-token tile: full
 // tiles, partial ones and every N = 32 tail); routing B: 700 and 1000 rows
 // (many full tiles); routing C: 97..160 rows per expert (the 160-token tile,
@@ -79,8 +79,9 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       for (auto& v : bias) v = normal(rng);
       for (auto& v : row_scale) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
       DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
-      DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(a.size()), d_out(m * width);
-      w4a16_to_wgmma_k_order(d_a.ptr, 0, d_a_wgmma.ptr, 0, a_rows, k, nullptr);
+      DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(static_cast<std::size_t>(m) * k),
+          d_out(m * width);
+      w4a16_to_wgmma_k_order(d_a.ptr, 0, d_a_wgmma.ptr, 0, m, k, nullptr, d_row_index.ptr, a_rows);
       DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
       DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
       W4A16GemmArgs args;
@@ -94,7 +95,6 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       args.expert_offsets = d_offsets.ptr;
       args.a = d_a_wgmma.ptr;
       args.a_order = W4KOrder::kWgmma;
-      args.row_index = d_row_index.ptr;
       args.w = d_w.ptr;
       args.w_scales = d_s.ptr;
       args.alpha = d_alpha.ptr;
@@ -202,6 +202,29 @@ TEST(W4A16Gemm, WgmmaKOrderConversionMatchesItsDefinition) {
                       << expect;
     }
   EXPECT_EQ(bad, 0);
+  // Gathered: dst row r is source row row_index[r] (repeats, any order), strides as above.
+  std::vector<std::int32_t> row_index(53);
+  std::uniform_int_distribution<int> pick(0, rows - 1);
+  for (auto& r : row_index) r = pick(rng);
+  const std::int64_t grows = static_cast<std::int64_t>(row_index.size());
+  std::vector<std::uint16_t> gpacked(grows * k);
+  for (std::int64_t r = 0; r < grows; ++r)
+    for (std::int64_t c = 0; c < k; ++c) gpacked[r * k + c] = src[row_index[r] * lds + c];
+  const std::vector<std::uint16_t> gwant = to_wgmma_k_order(gpacked, grows, k);
+  DeviceArray<std::int32_t> d_row_index(row_index);
+  DeviceArray<std::uint16_t> d_gdst(grows * ldd);
+  ASSERT_EQ(cudaMemset(d_gdst.ptr, 0xAB, d_gdst.count * 2), cudaSuccess);
+  w4a16_to_wgmma_k_order(d_src.ptr, lds, d_gdst.ptr, ldd, grows, k, nullptr, d_row_index.ptr, rows);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<std::uint16_t> ggot = d_gdst.download();
+  for (std::int64_t r = 0; r < grows; ++r)
+    for (std::int64_t c = 0; c < ldd; ++c) {
+      const std::uint16_t expect = c < k ? gwant[r * k + c] : 0xABAB;
+      if (ggot[r * ldd + c] != expect && bad++ < 5)
+        ADD_FAILURE() << "gathered row " << r << " column " << c << ": " << ggot[r * ldd + c]
+                      << " vs " << expect;
+    }
+  EXPECT_EQ(bad, 0);
   auto expect_error = [&](const char* what, auto&& call) {
     try {
       call();
@@ -218,6 +241,9 @@ TEST(W4A16Gemm, WgmmaKOrderConversionMatchesItsDefinition) {
                [&] { w4a16_to_wgmma_k_order(d_src.ptr + 1, 0, d_dst.ptr, 0, 2, 64, nullptr); });
   expect_error("dst",
                [&] { w4a16_to_wgmma_k_order(d_src.ptr, 0, d_src.ptr + 64, 0, 2, 64, nullptr); });
+  expect_error("src_rows", [&] {
+    w4a16_to_wgmma_k_order(d_src.ptr, lds, d_gdst.ptr, ldd, grows, k, nullptr, d_row_index.ptr, 0);
+  });
   expect_error("j:", [&] { w4a16_wgmma_k_source(64); });
 }
 
@@ -320,7 +346,8 @@ TEST(W4A16Gemm, WgmmaChainInKOrderMatchesNaturalOrderAndLargeTile) {
 }
 
 // a_order must be kWgmma exactly for the wgmma tile; out_order kWgmma needs the wgmma tile and an
-// output width that is a multiple of 64. Each refusal names the argument.
+// output width that is a multiple of 64; the wgmma tile takes no row_index (TMA reads A's rows in
+// order). Each refusal names the argument.
 TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, 1});
@@ -357,6 +384,10 @@ TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   x = args;
   x.a_order = x.out_order = W4KOrder::kWgmma;  // output width 16
   expect_error(x, "out_order");
+  x = args;
+  x.a_order = W4KOrder::kWgmma;
+  x.row_index = d_offsets.ptr;  // any device array: refused before the launch
+  expect_error(x, "row_index");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
