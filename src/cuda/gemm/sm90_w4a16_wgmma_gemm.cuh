@@ -17,19 +17,24 @@
 // v4 (TMA): one thread feeds the whole CTA. A stage is two 64-wide K chunks of everything the CTA
 // multiplies: two activation boxes, one box of the 8 row tiles' codes (the layout keeps a row
 // tile's chunks consecutive: [E n / 16 tiles][K / 64 chunks][512 bytes] is a 2-D tensor) and one
-// of their scale records, all completing on the stage's mbarrier. The ring of kStages stages runs
-// across the CTA's units: thread 0, at the top of stage s, issues stage s + kStages - 2 into the
-// slot of stage s - 2 (whose wgmma both warpgroups retired before the last barrier), whichever
-// unit it belongs to, so the next unit's first stages load during this unit's last ones and its
-// epilogue. Out-of-bounds box elements are zeros: a one-chunk last stage (K % 128 == 64)
-// multiplies zero weights with zero activations, rows past the expert's end or past N only reach
-// outputs that are not stored. v3 issued 16-byte cp.async copies per thread (~100 of the ~590
-// instructions per warp and stage) and a bulk copy per warp; per warp and stage the loop is now
-// the wait, two dequants, 8 wgmma and one barrier.
+// of their scale records, all completing on the stage's full mbarrier. Out-of-bounds box elements
+// are zeros: a one-chunk last stage (K % 128 == 64) multiplies zero weights with zero
+// activations; rows past the expert's end or past N only reach outputs that are not stored. v3
+// issued 16-byte cp.async copies per thread (~100 of its ~590 instructions per warp and stage)
+// and a bulk copy per warp.
 //
-// Per stage and warpgroup: wait for the stage's mbarrier; per chunk h: dequant into that chunk's
-// A registers (one set per chunk: the previous chunk's MMAs may still read the other set), issue 4
-// async wgmma k16, retire the previous chunk (wgmma_wait<1>); then one CTA barrier.
+// v5 (warp-specialized): a third warpgroup is the producer (setmaxnreg 40; one thread issues),
+// the two consumer warpgroups (setmaxnreg 232) do the dequant and the MMAs, and nothing
+// synchronizes the CTA in the loop. The ring of kStages stages runs across the CTA's units: the
+// producer fills a slot as soon as its empty mbarrier says that all 8 consumer warps retired the
+// stage in it (each warp arrives once its wgmma_wait has retired the stage's last MMAs), so the
+// next unit's first stages load during this unit's last ones and its epilogue. v4 had one CTA
+// barrier per stage (a quarter of the warps' stall samples) and refilled a slot one stage later.
+//
+// Per stage and consumer warpgroup: wait for the stage's full mbarrier; per chunk h: dequant into
+// that chunk's A registers (one set per chunk: the previous chunk's MMAs may still read the other
+// set), issue 4 async wgmma k16, retire the previous chunk (wgmma_wait<1>; after chunk 0 that is
+// the previous stage's last chunk: release its slot).
 //
 // Units are (expert, 128-row tile, token tile), expert-major (an expert's row tiles x token tiles
 // are consecutive, so one wave of the persistent grid shares the expert's activations and each
@@ -65,12 +70,14 @@ struct WgmmaMaps {
 
 // kTokens: wgmma N (128; 160 for experts of ~100-160 rows: one token tile holds them where 128
 // would stream every weight tile a second time for a short second tile; 256 for many rows per
-// expert: twice the MMAs per dequantized chunk). kStages: ring depth (stage s + kStages - 2 is
-// requested at stage s).
+// expert: twice the MMAs per dequantized chunk). kStages: ring depth.
 template <int kTokens_, int kStages_>
 struct WgmmaConfig {
-  static constexpr int kThreads = 256;  // 2 warpgroups
-  static constexpr int kRows = 128;     // 2 x 64 weight rows = 8 row tiles of 16
+  static constexpr int kThreads = 384;  // 2 consumer warpgroups + the producer warpgroup
+  static constexpr int kConsumers = 256;
+  static constexpr int kRows = 128;  // 2 x 64 weight rows = 8 row tiles of 16
+  // setmaxnreg: the consumers get what the producer gives up (40 x 128 + 232 x 256 <= 64 K).
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kTokens = kTokens_, kStages = kStages_;
   static constexpr int kNarrow = 32;  // the short tail tile's wgmma N
   // Stage slot: two activation halves (chunk 2c, 2c + 1) of kTokens rows x 64 bf16 (128 bytes,
@@ -83,13 +90,13 @@ struct WgmmaConfig {
   static constexpr int kLutBytes = 256 * 4;
   static_assert(kTokens == 128 || kTokens == 160 || kTokens == 256, "wgmma token tile");
   static_assert(kHalfBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
-  static_assert(kStages >= 3, "ring");
+  static_assert(kStages >= 2, "ring");
   __host__ __device__ static int offsets_bytes(int num_experts) {
     return ((num_experts + 1) * 4 + 127) / 128 * 128;
   }
   // After the LUT and the tile prefix, aligned to 1024 (the swizzle atom) at run time: the stage
-  // slots, then their mbarriers.
-  __host__ __device__ static constexpr int ring_bytes() { return kStages * (kStageBytes + 8); }
+  // slots, then their full and empty mbarriers.
+  __host__ __device__ static constexpr int ring_bytes() { return kStages * (kStageBytes + 16); }
   static int smem_bytes(int num_experts) {
     return kLutBytes + offsets_bytes(num_experts) + 1024 + ring_bytes();
   }
@@ -108,23 +115,41 @@ struct WgmmaSmem {
   __device__ explicit WgmmaSmem(std::uint32_t ring)
       : slots(ring), bars(ring + Cfg::kStages * Cfg::kStageBytes) {}
   __device__ std::uint32_t slot(std::uint32_t s) const { return slots + s * Cfg::kStageBytes; }
-  __device__ std::uint32_t bar(std::uint32_t s) const { return bars + 8 * s; }
+  __device__ std::uint32_t bar(std::uint32_t s) const { return bars + 8 * s; }  // full
+  __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (Cfg::kStages + s); }
 };
 
-// The feed: thread 0's cursor over the stages of this CTA's units (unit u, its stage c, the ring
-// slot of the next stage issued). One stage per issue(), in the order the warps consume them.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// One consumer warp is done with a stage slot (its lanes' shared loads and its warpgroup's MMAs).
+__device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) {
+  __syncwarp();
+  if (lane == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
+}
+
+// The feed: the producer thread's cursor over the stages of this CTA's units (unit u, its stage c,
+// the ring slot of the next stage issued and how often the ring wrapped). One stage per issue(),
+// in the order the consumers take them.
 template <typename Cfg, bool kNvfp4>
 struct WgmmaFeed {
   int u, c, stages, units, cta_row_tiles;
-  std::uint32_t slot;
+  std::uint32_t slot, round;
   WgmmaUnit un;
   __device__ void next_unit(const Params& p, const int* tile_start) {
     if (u < units) un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
   }
   __device__ void issue(const Params& p, const WgmmaMaps& maps, const int* tile_start,
                         const WgmmaSmem<Cfg>& sm) {
-    if (u >= units) return;
     constexpr int kRecord = kNvfp4 ? 64 : 32;
+    // The slot's previous stage (round - 1) retired by all 8 consumer warps.
+    if (round > 0) mbar_wait(sm.empty(slot), (round - 1) & 1);
     const bool narrow = un.row_end - un.row_begin <= Cfg::kNarrow;
     const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
     const std::uint32_t bar = sm.bar(slot), dst = sm.slot(slot);
@@ -135,7 +160,7 @@ struct WgmmaFeed {
     const CUtensorMap* a = narrow ? &maps.a_narrow : &maps.a;
     tma_load_2d(dst, a, c * 128, un.row_begin, bar);
     tma_load_2d(dst + Cfg::kHalfBytes, a, c * 128 + 64, un.row_begin, bar);
-    if (++slot == Cfg::kStages) slot = 0;
+    if (++slot == Cfg::kStages) slot = 0, ++round;
     if (++c == stages) {
       c = 0;
       u += gridDim.x;
@@ -148,10 +173,9 @@ struct WgmmaFeed {
 // min(row_begin + kN, row_end)), all of K. kN <= Cfg::kTokens is the wgmma N. seq: stages this CTA
 // consumed before this unit (ring slot / mbarrier phase).
 template <typename Cfg, int kN, bool kNvfp4, int kEpi>
-__device__ __forceinline__ void wgmma_unit(const Params& p, const WgmmaMaps& maps,
-                                           const std::uint32_t* lut, const int* tile_start,
-                                           const WgmmaSmem<Cfg>& sm, WgmmaFeed<Cfg, kNvfp4>& feed,
-                                           std::uint32_t seq, const WgmmaUnit& un) {
+__device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t* lut,
+                                           const WgmmaSmem<Cfg>& sm, std::uint32_t seq,
+                                           const WgmmaUnit& un) {
   constexpr int kRecord = kNvfp4 ? 64 : 32;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
@@ -171,8 +195,8 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const WgmmaMaps& map
   // a[h]: the A registers of the stage's chunk h. Chunk h of stage c overwrites those of chunk h
   // of stage c - 1, retired by the wgmma_wait<1> after the next chunk's MMAs were issued.
   std::uint32_t a[2][4][4];
+  std::uint32_t prev = 0;  // the previous stage's slot (c > 0)
   for (int c = 0; c < stages; ++c) {
-    if (tid == 0) feed.issue(p, maps, tile_start, sm);
     mbar_wait(sm.bar(rd), ph);
     const std::uint32_t slot = sm.slot(rd);
 #pragma unroll
@@ -198,9 +222,9 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const WgmmaMaps& map
 #pragma unroll
         for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
       wgmma_wait<1>();  // the previous chunk's MMAs retired: its A registers are free
+      if (h == 0 && c > 0) release_slot(sm.empty(prev), lane);  // stage c - 1 retired
     }
-    // Both warpgroups retired stage c - 1: its slot may be refilled at the top of stage c + 1.
-    __syncthreads();
+    prev = rd;
     if (++rd == Cfg::kStages) rd = 0, ph ^= 1;
   }
   wgmma_wait<0>();
@@ -208,6 +232,7 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const WgmmaMaps& map
   for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
     for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
+  release_slot(sm.empty(prev), lane);  // the unit's last stage
 
   const int rt = un.cta_rt * 8 + warp;
   if (rt < p.n / 16) {
@@ -232,32 +257,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
   if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) mbar_init(sm.bar(s), 1);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(sm.bar(s), 1);
+      mbar_init(sm.empty(s), Cfg::kConsumers / 32);
+    }
     fence_mbar_init();
-    tma_prefetch_map(&maps.a);
-    tma_prefetch_map(&maps.a_narrow);
-    tma_prefetch_map(&maps.codes);
-    tma_prefetch_map(&maps.scales);
   }
   // Token tiles per expert, prefix-summed: tile_start[e] .. tile_start[e + 1].
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
-  __syncthreads();
+  __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers
 
   const int cta_row_tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
   const int units = tile_start[p.num_experts] * cta_row_tiles;
   const int stages = (p.k / 64 + 1) / 2;
-  WgmmaFeed<Cfg, kNvfp4> feed{static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, {}};
-  if (tid == 0) {
-    feed.next_unit(p, tile_start);
-    for (int s = 0; s < Cfg::kStages - 2; ++s) feed.issue(p, maps, tile_start, sm);
+  if (tid >= Cfg::kConsumers) {  // the producer warpgroup: one thread issues every stage
+    setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid == Cfg::kConsumers) {
+      tma_prefetch_map(&maps.a);
+      tma_prefetch_map(&maps.a_narrow);
+      tma_prefetch_map(&maps.codes);
+      tma_prefetch_map(&maps.scales);
+      WgmmaFeed<Cfg, kNvfp4> feed{
+          static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
+      feed.next_unit(p, tile_start);
+      while (feed.u < units) feed.issue(p, maps, tile_start, sm);
+    }
+    return;
   }
+  setmaxnreg_inc<Cfg::kConsumerRegs>();
   std::uint32_t seq = 0;  // stages consumed so far (ring slot / mbarrier phase)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
     const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
     if (un.row_end - un.row_begin > Cfg::kNarrow) {
-      wgmma_unit<Cfg, Cfg::kTokens, kNvfp4, kEpi>(p, maps, lut, tile_start, sm, feed, seq, un);
+      wgmma_unit<Cfg, Cfg::kTokens, kNvfp4, kEpi>(p, lut, sm, seq, un);
     } else {
-      wgmma_unit<Cfg, Cfg::kNarrow, kNvfp4, kEpi>(p, maps, lut, tile_start, sm, feed, seq, un);
+      wgmma_unit<Cfg, Cfg::kNarrow, kNvfp4, kEpi>(p, lut, sm, seq, un);
     }
   }
 }
