@@ -7,11 +7,12 @@
 // 15 binades of scale, w4a8_prepare_weights checks it), and 2^(ref[n] - 127) becomes a per-row
 // fp32 factor of the epilogue. For every expert e, the rows [expert_offsets[e],
 // expert_offsets[e+1]) of A are multiplied by expert e's weight [N, K]:
-//     acc[r, n] = sum_k e4m3(A[src(r), k]) * e2m1(W[e, n, k]) * 2^(W_sf[e, n, k / 32] - 127)
-//     v         = acc * a_scale[src(r)] + bias[e, n]
+//     acc[r, n] = sum_k e4m3(A[r, k]) * e2m1(W[e, n, k]) * 2^(W_sf[e, n, k / 32] - 127)
+//     v         = acc * a_scale[r] + bias[e, n]
 //     out[r, .] = epilogue(v) * row_scale[r]
 // with the epilogues of W4A16 (moekit/gemm/w4a16.hpp: none, SiLU-and-mul, SwiGLU-OAI over gate/up
-// halves). src(r) = row_index ? row_index[r] : r. The weights and the e4m3 activations enter the
+// halves). A's rows are read in order by TMA (no gather: a MoE layer gathers its routed rows and
+// their scales first). The weights and the e4m3 activations enter the
 // MMA exactly; what rounds is the tensor core's reduced-precision accumulation of each 256-deep
 // chain (promoted into fp32 after it), the fp32 epilogue and the final bf16 store.
 // NVFP4 is not offered: e2m1 x e4m3 block-scale products need up to 5 significant bits (e4m3: 4).
@@ -58,10 +59,10 @@ struct W4A8GemmArgs {
   std::int64_t k = 0;   // K: reduction; K % 64 == 0
   // device [E + 1], nondecreasing, offsets[0] = 0; null only when E == 1 (dense: rows [0, m)).
   const std::int32_t* expert_offsets = nullptr;
-  const void* a = nullptr;                  // device e4m3 [rows_a, K] (lda), 16-byte aligned
+  const void* a = nullptr;                  // device e4m3 [R, K] (lda), 16-byte aligned
   std::int64_t lda = 0;                     // elements = bytes (0 = K); lda % 16 == 0
-  const float* a_scale = nullptr;           // device f32 [rows_a]: decode scale of each A row
-  const std::int32_t* row_index = nullptr;  // optional device [R]: source row of A per row
+  const float* a_scale = nullptr;           // device f32 [R]: decode scale of each A row
+  const std::int32_t* row_index = nullptr;  // must be null (A's rows in order; see above)
   const std::uint8_t* w = nullptr;          // device, prepared codes (E*N*K/2 B), 16-B aligned
   const std::uint8_t* w_scales = nullptr;   // device, prepared scales (E*N*K/32 B), 16-B aligned
   const float* w_row_scale = nullptr;       // device, f32 [E*N] from w4a8_prepare_weights

@@ -17,12 +17,14 @@ namespace {
 using detail::ws_at;
 using detail::ws_up;
 
-
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's bf16
-// output). a2 / a2_scale: GEMM2's e4m3 input and its per-row scales.
+// output). a2 / a2_scale: GEMM2's e4m3 input and its per-row scales. a1 / a1_scale: GEMM1's
+// input, the routed e4m3 rows in expert order and their scales (the kernel reads its rows in
+// order); they share out2's bytes (R x H e4m3 + R f32 <= R x H bf16): GEMM1 has read them before
+// GEMM2 writes out2.
 struct Layout13 {
-  std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a2, a2_scale,
-      out2, total;
+  std::size_t offsets, sorted_ids, permuted_row, permute_scratch, a2, a2_scale, out2, a1, a1_scale,
+      total;
 };
 Layout13 layout13(const MoeProblem& problem) {
   const int e = problem.layer.num_experts;
@@ -34,11 +36,12 @@ Layout13 layout13(const MoeProblem& problem) {
   l.offsets = p, p += ws_up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += ws_up(r * 4);
   l.permuted_row = p, p += ws_up(r * 4);
-  l.sorted_tokens = p, p += ws_up(r * 4);
   l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a2 = p, p += ws_up(r * ii);
   l.a2_scale = p, p += ws_up(r * 4);
   l.out2 = p, p += ws_up(r * hh * 2);
+  l.a1 = l.out2;
+  l.a1_scale = l.out2 + ws_up(r * hh);
   l.total = p;
   return l;
 }
@@ -136,9 +139,13 @@ class W4A8Experts : public ModularExperts {
     auto* offsets = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.offsets));
     auto* sorted = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_ids));
     auto* prow = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.permuted_row));
-    auto* tokens = reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens));
-    detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted,
-                              prow, stream, k, tokens, ws_at(workspace13, l.permute_scratch));
+    detail::permute_by_expert(in.topk_ids.ptr<const std::int32_t>(), rows, e, offsets, sorted, prow,
+                              stream, k, nullptr, ws_at(workspace13, l.permute_scratch));
+    // The routed rows (the first offsets[E] of them) and their scales in expert order.
+    void* a1 = ws_at(workspace13, l.a1);
+    auto* a1_scale = reinterpret_cast<float*>(ws_at(workspace13, l.a1_scale));
+    detail::gather_rows(in.a1q.values.data, h, sorted, k, rows, offsets + e, a1, stream);
+    detail::gather_rows(in.a1q.scales.data, 4, sorted, k, rows, offsets + e, a1_scale, stream);
 
     gemm::W4A8GemmArgs g1;
     g1.epilogue = p.layer.activation.kind == Activation::kSwigluOai
@@ -151,10 +158,9 @@ class W4A8Experts : public ModularExperts {
     g1.n = 2 * i;
     g1.k = h;
     g1.expert_offsets = offsets;
-    g1.a = in.a1q.values.data;
+    g1.a = a1;
     g1.lda = h;
-    g1.a_scale = in.a1q.scales.ptr<const float>();
-    g1.row_index = tokens;
+    g1.a_scale = a1_scale;
     g1.w = w13_.codes.ptr<std::uint8_t>();
     g1.w_scales = w13_.scales.ptr<std::uint8_t>();
     g1.w_row_scale = w13_.row_scale.ptr<float>();

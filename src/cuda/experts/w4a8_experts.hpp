@@ -2,8 +2,8 @@
 // activations on SM90's fp8 tensor cores (moekit/gemm/w4a8.hpp). Standard activation format,
 // modular, ReducePolicy::kAlreadyReduced. apply(), all on the stream and graph-capturable (no host
 // sync, no allocation):
-//   permute (expert_offsets, sorted_ids, permuted_row, sorted_tokens) -> W4A8 GEMM1 gathering the
-//   prepare's e4m3 token rows itself (row_index = sorted_tokens) with bias + SiLU-and-mul /
+//   permute (expert_offsets, sorted_ids, permuted_row) -> gather the prepare's e4m3 token rows
+//   and their scales in expert order -> W4A8 GEMM1 with bias + SiLU-and-mul /
 //   SwiGLU-OAI fused -> bf16 [M*k, I] -> per-row fp8 quantization (the quantize op, CUDA backend)
 //   -> W4A8 GEMM2 (+ bias) -> weighted top-k sum into [M, H] bf16.
 // prepare_weights() converts the weights on the host (w4a8_prepare_weights, experts in parallel)

@@ -119,21 +119,6 @@ struct WgmmaSmem {
   __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (Cfg::kStages + s); }
 };
 
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-// One consumer warp is done with a stage slot (its lanes' shared loads and its warpgroup's MMAs).
-__device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) {
-  __syncwarp();
-  if (lane == 0)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
-}
-
 // The feed: the producer thread's cursor over the stages of this CTA's units (unit u, its stage c,
 // the ring slot of the next stage issued and how often the ring wrapped). One stage per issue(),
 // in the order the consumers take them.

@@ -10,6 +10,7 @@
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/current_device.hpp"
+#include "cuda/runtime/sm90_tensor_map.hpp"
 #include "moekit/core/error.hpp"
 #include "sm90_w4a8_wgmma_gemm.cuh"
 
@@ -17,24 +18,50 @@ namespace moekit::gemm {
 namespace {
 
 using sm90_w4a8::W4A8Config;
+using sm90_w4a8::W4A8Maps;
 using sm90_w4a8::W4A8Params;
 
 // 128 weight rows x 128 tokens with a narrow (32-token) wgmma for an expert's short last token
 // tile. No 256-token tile: the promotion keeps a second accumulator set (2 x 128 registers would
 // not fit).
-using Tile128 = W4A8Config<128, 6, 7, true>;
+using Tile128 = W4A8Config<128, 8, true>;
 // 160 tokens when the experts average 96 rows or more (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +-
 // 11 rows, one token tile per expert instead of 128 + a short tail tile that streams the weights
 // again; no narrow variant: its registers would spill). Also faster with several tiles per expert
 // despite a full-width tail (H200, layer, 2026-12-01g, us, 128 / 160 tokens: Qwen3-235B 4096 tokens
 // = 256 rows per expert 3491 / 3299, Mixtral 2048 = 512 rows 2921 / 2802, Mixtral 4096 = 1024 rows
 // 5756 / 5437; below 96, Qwen3-235B 512 = 32 rows, 1048 / 1256).
-using Tile160 = W4A8Config<160, 6, 7, false>;
+using Tile160 = W4A8Config<160, 7, false>;
+
+// The activations' TMA descriptors: e4m3 rows in order, boxes of 128 K x the token tile.
+template <typename Cfg>
+W4A8Maps w4a8_maps(const W4A8GemmArgs& args, std::int64_t lda) {
+  W4A8Maps m;
+  m.a = cuda::encode_tensor_map_2d("a", CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, args.k, args.m, lda,
+                                   128, Cfg::kTokens, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.a_narrow = cuda::encode_tensor_map_2d(
+      "a", CU_TENSOR_MAP_DATA_TYPE_UINT8, args.a, args.k, args.m, lda, 128, Cfg::kNarrow,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  // Items: E * N / 16 row tiles x K / 64 chunks, 512 code bytes and 32 scale bytes each.
+  const std::uint64_t items =
+      static_cast<std::uint64_t>(args.num_experts) * (args.n / 16) * (args.k / 64);
+  MOEKIT_CHECK_ARG(items < (std::uint64_t{1} << 31), "num_experts * n * k",
+                   "below 2^31 x 1024 (the weight items' TMA coordinates)", items);
+  m.codes = cuda::encode_tensor_map_2d("w", CU_TENSOR_MAP_DATA_TYPE_UINT64, args.w, 64, items, 512,
+                                       64, 16, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.scales = cuda::encode_tensor_map_2d("w_scales", CU_TENSOR_MAP_DATA_TYPE_UINT8, args.w_scales,
+                                        32, items, 32, 32, 16, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  return m;
+}
 
 template <typename Cfg, int kEpi>
 void launch(const W4A8GemmArgs& args, const W4A8Params& wp) {
   MOEKIT_CUDA_CHECK((sm90_w4a8::launch_w4a8_wgmma<Cfg, kEpi>(
-      wp, args.m, args.max_ctas, static_cast<cudaStream_t>(args.stream))));
+      wp, w4a8_maps<Cfg>(args, wp.p.lda), args.m, args.max_ctas,
+      static_cast<cudaStream_t>(args.stream))));
 }
 
 template <typename Cfg>
@@ -78,6 +105,9 @@ void w4a8_grouped_gemm(const W4A8GemmArgs& args) {
   MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.a) % 16 == 0, "a", "16-byte aligned",
                    args.a);
   MOEKIT_CHECK_ARG(args.a_scale != nullptr, "a_scale", "a device pointer", "null");
+  MOEKIT_CHECK_ARG(args.row_index == nullptr, "row_index",
+                   "null (the kernel reads A's rows in order through TMA: gather them first)",
+                   static_cast<const void*>(args.row_index));
   MOEKIT_CHECK_ARG(args.w != nullptr, "w", "a device pointer", "null");
   MOEKIT_CHECK_ARG(reinterpret_cast<std::uintptr_t>(args.w) % 16 == 0, "w", "16-byte aligned",
                    static_cast<const void*>(args.w));

@@ -179,9 +179,17 @@ void run_case(const Case& c, std::uint32_t seed) {
     }
   }
 
-  DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
-  DeviceArray<u8> d_a(a), d_w(pc), d_s(ps);
-  DeviceArray<float> d_as(a_scale), d_rs(rs), d_bias(bias), d_row_scale(row_scale);
+  // The kernel reads A's rows in order (TMA): the caller gathers the routed rows and their scales.
+  std::vector<u8> ga(static_cast<std::size_t>(std::max(1, m)) * k);
+  std::vector<float> gscale(std::max(1, m));
+  for (int r = 0; r < m; ++r) {
+    std::copy_n(a.begin() + static_cast<std::int64_t>(row_index[r]) * k, k,
+                ga.begin() + static_cast<std::int64_t>(r) * k);
+    gscale[r] = a_scale[row_index[r]];
+  }
+  DeviceArray<std::int32_t> d_offsets(offsets);
+  DeviceArray<u8> d_a(ga), d_w(pc), d_s(ps);
+  DeviceArray<float> d_as(gscale), d_rs(rs), d_bias(bias), d_row_scale(row_scale);
   const int extra_rows = 3;  // must stay poisoned
   DeviceArray<std::uint16_t> d_out((m + extra_rows) * width);
   W4A8GemmArgs args;
@@ -193,7 +201,6 @@ void run_case(const Case& c, std::uint32_t seed) {
   args.expert_offsets = d_offsets.ptr;
   args.a = d_a.ptr;
   args.a_scale = d_as.ptr;
-  args.row_index = c.gather ? d_row_index.ptr : nullptr;
   args.w = d_w.ptr;
   args.w_scales = d_s.ptr;
   args.w_row_scale = d_rs.ptr;
@@ -286,6 +293,9 @@ TEST(W4A8Gemm, ValidationNamesTheArgument) {
   args.out = buf;
   EXPECT_NE(message().find("a_scale"), std::string::npos) << message();
   args.a_scale = reinterpret_cast<const float*>(buf);
+  args.row_index = reinterpret_cast<const std::int32_t*>(buf);  // rows are read in order
+  EXPECT_NE(message().find("row_index"), std::string::npos) << message();
+  args.row_index = nullptr;
   args.w = buf;
   args.w_scales = buf + 8;
   EXPECT_NE(message().find("w_scales"), std::string::npos) << message();
