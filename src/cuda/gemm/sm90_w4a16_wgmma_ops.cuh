@@ -31,11 +31,6 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Generic-proxy shared-memory writes (st.shared) -> visible to the async proxy
-// (wgmma operand reads); each writing thread, before the barrier.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Keeps the compiler from moving accesses of an accumulator register across
 // the wgmma asm statements.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
@@ -70,8 +65,7 @@ __device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) 
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
 }
 
-// mbarrier + bulk async copies: the shared SM90 helpers.
-using cuda::sm90::bulk_copy_g2s;
+// mbarriers: the shared SM90 helpers.
 using cuda::sm90::fence_mbar_init;
 using cuda::sm90::mbar_arrive_expect_tx;
 using cuda::sm90::mbar_init;
