@@ -20,7 +20,7 @@ using detail::ws_up;
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
 // sorted_tokens: the token of each sorted row, GEMM1's row_index (it reads the unpermuted input
-// rows itself: no gathered copy). a_rounded: bf16 [M, H] when the router weight is applied on
+// rows itself: no gathered copy; the wgmma tile: the gather of the conversion below). a_rounded: bf16 [M, H] when the router weight is applied on
 // the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
 // (detail::round_input_rows).
 // counters: the fused reduce's (decode sizes, gemm::DecodeRouting). a_wgmma: bf16 [R, H], the

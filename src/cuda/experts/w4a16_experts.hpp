@@ -6,6 +6,10 @@
 //   -> W4A16 GEMM1 gathering its rows itself (row_index = sorted_tokens) with bias +
 //   SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias; a programmatic dependent of GEMM1)
 //   -> weighted top-k sum into [M, H] bf16 (cuda::detail::weighted_reduce_bf16).
+// Above gemm::kWgmmaMinRowsPerExpert rows per expert the GEMMs run the wgmma tile, which reads
+// its rows in order through TMA: the routed rows are gathered and put in the wgmma K order in
+// one pass first (gemm::w4a16_to_wgmma_k_order with row_index = sorted_tokens), and GEMM1 writes
+// GEMM2's rows in that order.
 // At decode sizes (tokens * top_k <= cuda::detail::decode_routing_max_rows(), tile decode8) the
 // same in two kernels (gemm::DecodeRouting): both GEMMs sort the rows by expert themselves from
 // topk_ids, and GEMM2 runs the weighted sum in its epilogue; the same bits.
