@@ -56,9 +56,10 @@ bool w4a16_available();                  // true when the SM90 kernels were comp
 int w4a16_wgmma_k_source(int j);
 // Writes rows x k bf16 (k % 64 == 0) from src (row stride lds, natural order) to dst (row stride
 // ldd, wgmma K order); strides in elements (0 = k), multiples of 8, 16-byte aligned pointers,
-// src and dst must not overlap. With row_index (device [rows], values in [0, src_rows)), dst row
-// r is source row row_index[r] (the gather the wgmma tile does not do: e.g. the routed rows of a
-// MoE layer in expert order). Asynchronous on stream, graph-capturable; rows == 0 is a no-op.
+// src and dst must not overlap. With row_index (device [rows]), dst row r is source row
+// row_index[r] (the gather the wgmma tile does not do: e.g. the routed rows of a MoE layer in
+// expert order); an index outside [0, src_rows) gives a zero row (e.g. the unwritten tail of a
+// permutation that dropped rows). Asynchronous on stream, graph-capturable; rows == 0 is a no-op.
 void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::int64_t ldd,
                             std::int64_t rows, std::int64_t k, StreamHandle stream,
                             const std::int32_t* row_index = nullptr, std::int64_t src_rows = 0);

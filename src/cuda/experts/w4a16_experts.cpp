@@ -20,14 +20,15 @@ using detail::ws_up;
 
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds the activation).
 // sorted_tokens: the token of each sorted row, GEMM1's row_index (it reads the unpermuted input
-// rows itself: no gathered copy; the wgmma tile: the gather of the conversion below). a_rounded: bf16 [M, H] when the router weight is applied on
-// the input (Llama4): the NoEP prepare then hands over the f32 rows x * w, rounded here
-// (detail::round_input_rows).
-// counters: the fused reduce's (decode sizes, gemm::DecodeRouting). a_wgmma: bf16 [R, H], the
-// routed rows in expert order and the wgmma K order, when the problem's size runs the wgmma tile
-// (gemm::w4a16_prefers_wgmma; GEMM1 then writes GEMM2's input in that order too). It shares
-// out2's bytes: GEMM1 has read it before GEMM2 (a plain launch, no PDL on the wgmma tile)
-// writes out2.
+// rows itself: no gathered copy; the wgmma tile: the gather of the conversion below). a_rounded:
+// bf16 [M, H] when the router weight is applied on the input (Llama4): the NoEP prepare then hands
+// over the f32 rows x * w, rounded here (detail::round_input_rows). counters: the fused reduce's
+// (decode sizes, gemm::DecodeRouting). a_wgmma: bf16 [R, H], the routed rows in expert order and
+// the wgmma K order, when the problem's size runs the wgmma tile (gemm::w4a16_prefers_wgmma; GEMM1
+// then writes GEMM2's input in that order too). It shares out2's bytes: GEMM1 has read it before
+// GEMM2 (launched without overlap_previous then) writes out2. Rows past offsets[E] (dropped ids)
+// have no valid sorted token: the conversion writes them as zeros (an index outside [0, M)), and no
+// unit reads them.
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, out2,
       counters, a_wgmma, total;
@@ -212,8 +213,9 @@ class W4A16Experts : public ModularExperts {
     g2.lda = 0;
     g2.row_index = nullptr;
     // A programmatic dependent of GEMM1, which writes neither the offsets nor GEMM2's weights:
-    // its prologue and first weight loads overlap GEMM1's tail (w4a16.hpp overlap_previous).
-    g2.overlap_previous = true;
+    // its prologue and first weight loads overlap GEMM1's tail (w4a16.hpp overlap_previous). Not
+    // after the wgmma tile: GEMM2's out2 stores would race GEMM1's reads of a_wgmma (same bytes).
+    g2.overlap_previous = !wgmma;
     g2.w = w2_.codes.ptr<std::uint8_t>();
     g2.w_scales = w2_.scales.ptr<std::uint8_t>();
     g2.alpha = w2_.alpha.defined() ? w2_.alpha.ptr<float>() : nullptr;

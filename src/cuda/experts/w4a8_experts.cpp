@@ -1,6 +1,7 @@
 // W4A8Experts: supports / workspace_shapes / prepare_weights / apply (see w4a8_experts.hpp).
 #include "cuda/experts/w4a8_experts.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,8 +21,8 @@ using detail::ws_up;
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's bf16
 // output). a2 / a2_scale: GEMM2's e4m3 input and its per-row scales. a1 / a1_scale: GEMM1's
 // input, the routed e4m3 rows in expert order and their scales (the kernel reads its rows in
-// order); they share out2's bytes (R x H e4m3 + R f32 <= R x H bf16): GEMM1 has read them before
-// GEMM2 writes out2.
+// order); they share out2's bytes (out2 is sized for both): GEMM1 has read them before GEMM2
+// writes out2 (plain launches).
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, permute_scratch, a2, a2_scale, out2, a1, a1_scale,
       total;
@@ -39,7 +40,7 @@ Layout13 layout13(const MoeProblem& problem) {
   l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a2 = p, p += ws_up(r * ii);
   l.a2_scale = p, p += ws_up(r * 4);
-  l.out2 = p, p += ws_up(r * hh * 2);
+  l.out2 = p, p += std::max(ws_up(r * hh * 2), ws_up(r * hh) + ws_up(r * 4));
   l.a1 = l.out2;
   l.a1_scale = l.out2 + ws_up(r * hh);
   l.total = p;

@@ -85,17 +85,22 @@ void dispatch(const W4A16GemmArgs& args, const Params& params) {
 }
 
 // Output piece p (16 bytes) of a 64-wide chunk = natural words p, p + 8, p + 16, p + 24 of source
-// row row_index[r] (r without row_index).
+// row row_index[r] (r without row_index); zeros for a source row outside [0, src_rows).
 __global__ void to_wgmma_k_order_kernel(const std::uint32_t* __restrict__ src, std::int64_t lds,
                                         uint4* __restrict__ dst, std::int64_t ldd,
                                         std::int64_t rows, int chunks,
-                                        const std::int32_t* __restrict__ row_index) {
+                                        const std::int32_t* __restrict__ row_index,
+                                        std::int64_t src_rows) {
   const std::int64_t pieces = static_cast<std::int64_t>(chunks) * 8;
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * pieces) return;
   const std::int64_t r = i / pieces;
   const int c = static_cast<int>(i % pieces) / 8, q = static_cast<int>(i % 8);
   const std::int64_t sr = row_index ? row_index[r] : r;
+  if (sr < 0 || sr >= src_rows) {
+    dst[r * ldd + c * 8 + q] = make_uint4(0, 0, 0, 0);
+    return;
+  }
   const std::uint32_t* s = src + sr * lds + c * 32 + q;
   dst[r * ldd + c * 8 + q] = make_uint4(s[0], s[8], s[16], s[24]);
 }
@@ -153,7 +158,7 @@ void w4a16_to_wgmma_k_order(const void* src, std::int64_t lds, void* dst, std::i
   sm90_w4a16::to_wgmma_k_order_kernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock),
                                         kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const std::uint32_t*>(src), lds / 2, static_cast<uint4*>(dst), ldd / 8, rows,
-      chunks, row_index);
+      chunks, row_index, n_src);
   MOEKIT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -53,11 +53,11 @@
 #include "moekit/gemm/w4a16.hpp"
 #include "sm90_decode_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_ops.cuh"
+#include "sm90_wgmma_pipeline.cuh"
 
 namespace moekit::gemm::sm90_w4a16 {
 
 using cuda::sm90::tma_load_2d;
-using cuda::sm90::tma_prefetch_map;
 using sm90_decode::store_tile;
 
 // The TMA descriptors of one launch (encoded on the host by w4a16_wgmma_launch).
@@ -119,40 +119,26 @@ struct WgmmaSmem {
   __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (Cfg::kStages + s); }
 };
 
-// The feed: the producer thread's cursor over the stages of this CTA's units (unit u, its stage c,
-// the ring slot of the next stage issued and how often the ring wrapped). One stage per issue(),
-// in the order the consumers take them.
+// The producer thread's feed: one stage of its CTA's units per call, in the order the consumers
+// take them.
 template <typename Cfg, bool kNvfp4>
-struct WgmmaFeed {
-  int u, c, stages, units, cta_row_tiles;
-  std::uint32_t slot, round;
-  WgmmaUnit un;
-  __device__ void next_unit(const Params& p, const int* tile_start) {
-    if (u < units) un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
-  }
-  __device__ void issue(const Params& p, const WgmmaMaps& maps, const int* tile_start,
-                        const WgmmaSmem<Cfg>& sm) {
-    constexpr int kRecord = kNvfp4 ? 64 : 32;
-    // The slot's previous stage (round - 1) retired by all 8 consumer warps.
-    if (round > 0) mbar_wait(sm.empty(slot), (round - 1) & 1);
-    const bool narrow = un.row_end - un.row_begin <= Cfg::kNarrow;
-    const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
-    const std::uint32_t bar = sm.bar(slot), dst = sm.slot(slot);
-    mbar_arrive_expect_tx(bar, 2 * rows * 128 + 8 * 2 * 512 + 8 * 2 * kRecord);
-    const int tile_y = un.e * (p.n / 16) + un.cta_rt * 8;
-    tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, c * 128, tile_y, bar);
-    tma_load_2d(dst + Cfg::kScalesOffset, &maps.scales, c * 2 * kRecord, tile_y, bar);
-    const CUtensorMap* a = narrow ? &maps.a_narrow : &maps.a;
-    tma_load_2d(dst, a, c * 128, un.row_begin, bar);
-    tma_load_2d(dst + Cfg::kHalfBytes, a, c * 128 + 64, un.row_begin, bar);
-    if (++slot == Cfg::kStages) slot = 0, ++round;
-    if (++c == stages) {
-      c = 0;
-      u += gridDim.x;
-      next_unit(p, tile_start);
-    }
-  }
-};
+__device__ __forceinline__ void wgmma_issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f,
+                                                  const Params& p, const WgmmaMaps& maps,
+                                                  const int* tile_start, const WgmmaSmem<Cfg>& sm) {
+  constexpr int kRecord = kNvfp4 ? 64 : 32;
+  f.wait_slot_free(sm.empty(f.slot));
+  const bool narrow = f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
+  const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
+  const std::uint32_t bar = sm.bar(f.slot), dst = sm.slot(f.slot);
+  mbar_arrive_expect_tx(bar, 2 * rows * 128 + 8 * 2 * 512 + 8 * 2 * kRecord);
+  const int tile_y = f.un.e * (p.n / 16) + f.un.cta_rt * 8;
+  tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, f.c * 128, tile_y, bar);
+  tma_load_2d(dst + Cfg::kScalesOffset, &maps.scales, f.c * 2 * kRecord, tile_y, bar);
+  const CUtensorMap* a = narrow ? &maps.a_narrow : &maps.a;
+  tma_load_2d(dst, a, f.c * 128, f.un.row_begin, bar);
+  tma_load_2d(dst + Cfg::kHalfBytes, a, f.c * 128 + 64, f.un.row_begin, bar);
+  f.advance(p, tile_start);
+}
 
 // One unit: weight rows [128 cta_rt, +128) of expert e x tokens [row_begin,
 // min(row_begin + kN, row_end)), all of K. kN <= Cfg::kTokens is the wgmma N. seq: stages this CTA
@@ -256,17 +242,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int units = tile_start[p.num_experts] * cta_row_tiles;
   const int stages = (p.k / 64 + 1) / 2;
   if (tid >= Cfg::kConsumers) {  // the producer warpgroup: one thread issues every stage
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (tid == Cfg::kConsumers) {
-      tma_prefetch_map(&maps.a);
-      tma_prefetch_map(&maps.a_narrow);
-      tma_prefetch_map(&maps.codes);
-      tma_prefetch_map(&maps.scales);
-      WgmmaFeed<Cfg, kNvfp4> feed{
-          static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
-      feed.next_unit(p, tile_start);
-      while (feed.u < units) feed.issue(p, maps, tile_start, sm);
-    }
+    run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
+        tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
+        [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
+          wgmma_issue_stage<Cfg, kNvfp4>(f, p, maps, tile_start, sm);
+        });
     return;
   }
   setmaxnreg_inc<Cfg::kConsumerRegs>();

@@ -47,24 +47,6 @@ __device__ __forceinline__ std::uint64_t smem_desc_k_major_sw128(std::uint32_t s
   return start | (kLeadingByteOffset << 16) | (kStrideByteOffset << 32) | (kSwizzle128B << 62);
 }
 
-// Warp specialization (the wgmma kernels' producer / consumer warpgroups): every thread of a
-// warpgroup executes the same setmaxnreg (register counts: multiples of 8 in [24, 256]).
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-// One consumer warp is done with a stage slot (its lanes' shared loads and its warpgroup's MMAs
-// that read the slot, retired by a wgmma_wait): one arrival on the slot's empty mbarrier.
-__device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) {
-  __syncwarp();
-  if (lane == 0)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
-}
-
 // mbarriers: the shared SM90 helpers.
 using cuda::sm90::fence_mbar_init;
 using cuda::sm90::mbar_arrive_expect_tx;

@@ -48,11 +48,11 @@
 #include "sm90_decode_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_ops.cuh"
 #include "sm90_wgmma_fp8_ops.cuh"
+#include "sm90_wgmma_pipeline.cuh"
 
 namespace moekit::gemm::sm90_w4a8 {
 
 using cuda::sm90::tma_load_2d;
-using cuda::sm90::tma_prefetch_map;
 using sm90_decode::store_tile;
 using sm90_w4a16::expert_offset;
 using sm90_w4a16::fence_mbar_init;
@@ -65,7 +65,7 @@ using sm90_w4a16::mbar_wait;
 using sm90_w4a16::Params;
 using sm90_w4a16::prefix_token_tiles;
 using sm90_w4a16::release_slot;
-using sm90_w4a16::setmaxnreg_dec;
+using sm90_w4a16::run_wgmma_producer;
 using sm90_w4a16::setmaxnreg_inc;
 using sm90_w4a16::smem_addr;
 using sm90_w4a16::smem_desc_k_major_sw128;
@@ -73,6 +73,7 @@ using sm90_w4a16::wgmma_commit;
 using sm90_w4a16::wgmma_fence;
 using sm90_w4a16::wgmma_unit_at;
 using sm90_w4a16::wgmma_wait;
+using sm90_w4a16::WgmmaStageCursor;
 using sm90_w4a16::WgmmaUnit;
 
 struct W4A8Params {
@@ -177,45 +178,31 @@ __device__ __forceinline__ void convert_word(std::uint32_t w, const uint2& ta, c
   rb = prmt(tb.x, tb.y, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
 }
 
-// The producer thread's cursor over the stages of this CTA's units (unit u, its stage c, the ring
-// slot of the next stage and how often the ring wrapped). One stage per issue(), in the order the
-// consumers take them.
+// The producer thread's feed: one stage of its CTA's units per call, in the order the consumers
+// take them.
 template <typename Cfg>
-struct W4A8Feed {
-  int u, c, stages, units, cta_row_tiles;
-  std::uint32_t slot, round;
-  WgmmaUnit un;
-  __device__ void next_unit(const Params& p, const int* tile_start) {
-    if (u < units) un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
-  }
-  __device__ void issue(const Params& p, const W4A8Maps& maps, const int* tile_start,
-                        const W4A8Smem<Cfg>& sm) {
-    // The slot's previous stage (round - 1) retired by all 8 consumer warps.
-    if (round > 0) mbar_wait(sm.empty(slot), (round - 1) & 1);
-    const int chunks = p.k / 64, row_tiles16 = p.n / 16;
-    const bool narrow = Cfg::kNarrowTails && un.row_end - un.row_begin <= Cfg::kNarrow;
-    const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
-    // This CTA tile's 16-row tiles (8, fewer in a last partial one): stage c's weights are the
-    // ntile * n_chunks items from item 2c * ntile on (sm90_w4a8_weight_layout.cpp).
-    const int ntile = min(8, row_tiles16 - 8 * un.cta_rt);
-    const std::int64_t first =
-        (static_cast<std::int64_t>(un.e) * row_tiles16 + 8 * un.cta_rt) * chunks +
-        static_cast<std::int64_t>(2 * c) * ntile;
-    // Whole boxes of 16 items (out-of-bounds ones zero): the consumers read the `items` copied
-    // for this stage only, every byte of them written by this round's copies.
-    const std::uint32_t bar = sm.full(slot), dst = sm.slot(slot);
-    mbar_arrive_expect_tx(bar, rows * 128 + 16 * (512 + 32));
-    tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, 0, static_cast<int>(first), bar);
-    tma_load_2d(dst + Cfg::kScalesOffset, &maps.scales, 0, static_cast<int>(first), bar);
-    tma_load_2d(dst, narrow ? &maps.a_narrow : &maps.a, c * 128, un.row_begin, bar);
-    if (++slot == Cfg::kStages) slot = 0, ++round;
-    if (++c == stages) {
-      c = 0;
-      u += gridDim.x;
-      next_unit(p, tile_start);
-    }
-  }
-};
+__device__ __forceinline__ void w4a8_issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f,
+                                                 const Params& p, const W4A8Maps& maps,
+                                                 const int* tile_start, const W4A8Smem<Cfg>& sm) {
+  f.wait_slot_free(sm.empty(f.slot));
+  const int chunks = p.k / 64, row_tiles16 = p.n / 16;
+  const bool narrow = Cfg::kNarrowTails && f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
+  const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
+  // This CTA tile's 16-row tiles (8, fewer in a last partial one): stage c's weights are the
+  // ntile * n_chunks items from item 2c * ntile on (sm90_w4a8_weight_layout.cpp).
+  const int ntile = min(8, row_tiles16 - 8 * f.un.cta_rt);
+  const std::int64_t first =
+      (static_cast<std::int64_t>(f.un.e) * row_tiles16 + 8 * f.un.cta_rt) * chunks +
+      static_cast<std::int64_t>(2 * f.c) * ntile;
+  // Whole boxes of 16 items (out-of-bounds ones zero): the consumers read the items copied for
+  // this stage only, every byte of them written by this round's copies.
+  const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
+  mbar_arrive_expect_tx(bar, rows * 128 + 16 * (512 + 32));
+  tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, 0, static_cast<int>(first), bar);
+  tma_load_2d(dst + Cfg::kScalesOffset, &maps.scales, 0, static_cast<int>(first), bar);
+  tma_load_2d(dst, narrow ? &maps.a_narrow : &maps.a, f.c * 128, f.un.row_begin, bar);
+  f.advance(p, tile_start);
+}
 
 // One unit (a consumer's part): weight rows [128 cta_rt, +128) of expert e x tokens [row_begin,
 // min(row_begin + kN, row_end)), all of K. seq: stages this CTA consumed before this unit.
@@ -358,16 +345,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int units = tile_start[p.num_experts] * cta_row_tiles;
   const int stages = (p.k / 64 + 1) / 2;
   if (tid >= Cfg::kConsumers) {  // the producer warpgroup: one thread issues every stage
-    setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (tid == Cfg::kConsumers) {
-      tma_prefetch_map(&maps.a);
-      tma_prefetch_map(&maps.a_narrow);
-      tma_prefetch_map(&maps.codes);
-      tma_prefetch_map(&maps.scales);
-      W4A8Feed<Cfg> feed{static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
-      feed.next_unit(p, tile_start);
-      while (feed.u < units) feed.issue(p, maps, tile_start, sm);
-    }
+    run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
+        tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
+        [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
+          w4a8_issue_stage<Cfg>(f, p, maps, tile_start, sm);
+        });
     return;
   }
   setmaxnreg_inc<Cfg::kConsumerRegs>();

@@ -202,14 +202,19 @@ TEST(W4A16Gemm, WgmmaKOrderConversionMatchesItsDefinition) {
                       << expect;
     }
   EXPECT_EQ(bad, 0);
-  // Gathered: dst row r is source row row_index[r] (repeats, any order), strides as above.
+  // Gathered: dst row r is source row row_index[r] (repeats, any order), strides as above; an
+  // index outside [0, rows) gives a zero row.
   std::vector<std::int32_t> row_index(53);
   std::uniform_int_distribution<int> pick(0, rows - 1);
   for (auto& r : row_index) r = pick(rng);
+  row_index[5] = -1;
+  row_index[17] = static_cast<std::int32_t>(rows);
+  row_index[40] = 1 << 30;
   const std::int64_t grows = static_cast<std::int64_t>(row_index.size());
-  std::vector<std::uint16_t> gpacked(grows * k);
+  std::vector<std::uint16_t> gpacked(grows * k, 0);
   for (std::int64_t r = 0; r < grows; ++r)
-    for (std::int64_t c = 0; c < k; ++c) gpacked[r * k + c] = src[row_index[r] * lds + c];
+    if (row_index[r] >= 0 && row_index[r] < rows)
+      for (std::int64_t c = 0; c < k; ++c) gpacked[r * k + c] = src[row_index[r] * lds + c];
   const std::vector<std::uint16_t> gwant = to_wgmma_k_order(gpacked, grows, k);
   DeviceArray<std::int32_t> d_row_index(row_index);
   DeviceArray<std::uint16_t> d_gdst(grows * ldd);

@@ -119,7 +119,9 @@ struct Case {
   W4Epilogue epi;
   std::int64_t n, k;
   std::vector<int> rows;  // per expert
-  bool gather, bias, row_scale;
+  // repeat: A's rows drawn with repeats from a smaller set (what a MoE layer's gather of routed
+  // tokens produces; the kernel itself reads rows in order).
+  bool repeat, bias, row_scale;
   int max_ctas;
 };
 
@@ -139,14 +141,14 @@ void run_case(const Case& c, std::uint32_t seed) {
   std::vector<int> expert_of(m);
   for (int x = 0; x < e; ++x)
     for (int r = offsets[x]; r < offsets[x + 1]; ++r) expert_of[r] = x;
-  const int a_rows = std::max(1, c.gather ? m / 2 + 1 : m);
+  const int a_rows = std::max(1, c.repeat ? m / 2 + 1 : m);
   std::vector<u8> a(static_cast<std::size_t>(a_rows) * k);
   for (auto& v : a) v = random_e4m3(rng);
   std::vector<float> a_scale(a_rows);
   for (auto& v : a_scale) v = std::uniform_real_distribution<float>(0.001f, 0.01f)(rng);
   std::vector<std::int32_t> row_index(std::max(1, m));
   std::uniform_int_distribution<int> src(0, a_rows - 1);
-  for (int r = 0; r < m; ++r) row_index[r] = c.gather ? src(rng) : r;
+  for (int r = 0; r < m; ++r) row_index[r] = c.repeat ? src(rng) : r;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> bias(e * n), row_scale(std::max(1, m));
   for (auto& v : bias) v = normal(rng);
@@ -255,13 +257,20 @@ TEST_P(W4A8Gemm, MatchesFloat64Reference) {
 // rows; all rows to one expert; M = 1; a 3-CTA grid (many units per CTA, the rings cross units).
 const Case kCases[] = {
     {"plain", W4Epilogue::kNone, 80, 320, {3, 0, 129, 1, 32, 40}, false, false, false, 0},
-    {"plain_gather_bias", W4Epilogue::kNone, 272, 192, {0, 300, 7, 0, 64, 2}, true, true, true, 0},
+    {"plain_repeat_bias", W4Epilogue::kNone, 272, 192, {0, 300, 7, 0, 64, 2}, true, true, true, 0},
     {"silu", W4Epilogue::kSiluAndMul, 112, 1024, {5, 129, 0, 33, 200}, true, false, true, 0},
     {"swiglu_bias", W4Epilogue::kSwigluOai, 2 * 136, 192, {17, 0, 140, 1}, true, true, false, 0},
     {"one_expert", W4Epilogue::kSiluAndMul, 64, 448, {0, 0, 257, 0}, false, true, false, 0},
     {"m1", W4Epilogue::kNone, 48, 64, {0, 1, 0}, true, false, true, 0},
-    {"capped_grid", W4Epilogue::kSiluAndMul, 2 * 80, 576, {90, 130, 3, 0, 260, 31}, true, true,
-     true, 3},
+    {"capped_grid",
+     W4Epilogue::kSiluAndMul,
+     2 * 80,
+     576,
+     {90, 130, 3, 0, 260, 31},
+     true,
+     true,
+     true,
+     3},
     {"empty", W4Epilogue::kNone, 32, 128, {0, 0, 0}, false, false, false, 0},
     // 96..160 rows per expert: the 160-token tile (161 rows: a 1-row second tile at N = 160).
     {"tile160", W4Epilogue::kSiluAndMul, 2 * 64, 704, {100, 150, 161, 0, 130}, true, true, true, 0},

@@ -1,0 +1,79 @@
+// The warp-specialized pipeline of the SM90 4-bit wgmma kernels (W4A16: sm90_w4a16_wgmma_gemm.cuh,
+// W4A8: sm90_w4a8_wgmma_gemm.cuh; design: docs/kernels/w4a16.md "Session 2026-12-01h"): a
+// producer warpgroup whose one thread issues every stage of its CTA's units into a ring of stage
+// slots (TMA boxes completing on the slot's full mbarrier), two consumer warpgroups that wait
+// for a slot, compute, and give it back on its empty mbarrier (one arrival per warp). The ring
+// runs across the CTA's units, so the next unit's first stages load during this unit's last ones.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/runtime/sm90_bulk_copy.cuh"
+#include "sm90_w4a16_grouped_gemm.cuh"
+
+namespace moekit::gemm::sm90_w4a16 {
+
+// Warp specialization (the wgmma kernels' producer / consumer warpgroups): every thread of a
+// warpgroup executes the same setmaxnreg (register counts: multiples of 8 in [24, 256]).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// One consumer warp is done with a stage slot (its lanes' shared loads and its warpgroup's MMAs
+// that read the slot, retired by a wgmma_wait): one arrival on the slot's empty mbarrier.
+__device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) {
+  __syncwarp();
+  if (lane == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
+}
+
+// The producer's cursor over the stages of its CTA's units in a warp-specialized wgmma kernel's
+// ring (W4A16 / W4A8): unit u (un: its coordinates), its stage c, the ring slot of the next stage
+// and how often the ring wrapped. Per issued stage: wait_slot_free, the copies, advance.
+template <int kTokens, int kStages>
+struct WgmmaStageCursor {
+  int u, c, stages, units, cta_row_tiles;
+  std::uint32_t slot, round;
+  WgmmaUnit un;
+  __device__ void next_unit(const Params& p, const int* tile_start) {
+    if (u < units) un = wgmma_unit_at<kTokens>(p, tile_start, cta_row_tiles, u);
+  }
+  // The slot's previous stage (round - 1) retired by every consumer warp (its empty mbarrier).
+  __device__ void wait_slot_free(std::uint32_t empty_bar) const {
+    if (round > 0) cuda::sm90::mbar_wait(empty_bar, (round - 1) & 1);
+  }
+  __device__ void advance(const Params& p, const int* tile_start) {
+    if (++slot == kStages) slot = 0, ++round;
+    if (++c == stages) {
+      c = 0;
+      u += gridDim.x;
+      next_unit(p, tile_start);
+    }
+  }
+};
+
+// The producer warpgroup's part (every thread of it calls this; `issuer` is one of them): gives
+// registers up to the consumers, then the issuer prefetches the launch's four tensor maps (Maps:
+// members a, a_narrow, codes, scales) and issues every stage of the CTA's units in order,
+// issue_stage(cursor) per stage (it waits for the slot, issues the copies, advances the cursor).
+template <int kTokens, int kStages, int kProducerRegs, typename Maps, typename IssueStage>
+__device__ __forceinline__ void run_wgmma_producer(bool issuer, const Maps& maps, const Params& p,
+                                                   const int* tile_start, int units, int stages,
+                                                   int cta_row_tiles, IssueStage&& issue_stage) {
+  setmaxnreg_dec<kProducerRegs>();
+  if (!issuer) return;
+  cuda::sm90::tma_prefetch_map(&maps.a);
+  cuda::sm90::tma_prefetch_map(&maps.a_narrow);
+  cuda::sm90::tma_prefetch_map(&maps.codes);
+  cuda::sm90::tma_prefetch_map(&maps.scales);
+  WgmmaStageCursor<kTokens, kStages> cursor{
+      static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
+  cursor.next_unit(p, tile_start);
+  while (cursor.u < units) issue_stage(cursor);
+}
+
+}  // namespace moekit::gemm::sm90_w4a16
