@@ -141,15 +141,8 @@ struct WgmmaUnit {
 template <int kTokens>
 __device__ __forceinline__ WgmmaUnit wgmma_unit_at(const Params& p, const int* tile_start,
                                                    int cta_row_tiles, int u) {
-  int lo = 0, hi = p.num_experts - 1;  // largest e with tile_start[e] * row tiles <= u
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] * cta_row_tiles <= u)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int e = lo;
+  // The largest e with tile_start[e] * cta_row_tiles <= u, i.e. tile_start[e] <= u / row tiles.
+  const int e = cuda::last_at_most(tile_start, p.num_experts, u / cta_row_tiles);
   const int tiles_e = tile_start[e + 1] - tile_start[e];
   const int local = u - tile_start[e] * cta_row_tiles;
   const int cta_rt = local / tiles_e, tt = local % tiles_e;

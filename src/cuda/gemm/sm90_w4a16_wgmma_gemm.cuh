@@ -94,11 +94,9 @@ struct WgmmaConfig {
   __host__ __device__ static int offsets_bytes(int num_experts) {
     return ((num_experts + 1) * 4 + 127) / 128 * 128;
   }
-  // After the LUT and the tile prefix, aligned to 1024 (the swizzle atom) at run time: the stage
-  // slots, then their full and empty mbarriers.
-  __host__ __device__ static constexpr int ring_bytes() { return kStages * (kStageBytes + 16); }
+  // After the LUT and the tile prefix, aligned to 1024 at run time: the ring (WgmmaSmem).
   static int smem_bytes(int num_experts) {
-    return kLutBytes + offsets_bytes(num_experts) + 1024 + ring_bytes();
+    return kLutBytes + offsets_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
   }
 };
 
@@ -108,16 +106,9 @@ __device__ __forceinline__ std::uint32_t lds_u16(std::uint32_t addr) {
   return v;
 }
 
-// Shared-memory carve-up of one CTA (all addresses in the shared window).
+// The CTA's ring of stage slots (all addresses in the shared window).
 template <typename Cfg>
-struct WgmmaSmem {
-  std::uint32_t slots, bars;
-  __device__ explicit WgmmaSmem(std::uint32_t ring)
-      : slots(ring), bars(ring + Cfg::kStages * Cfg::kStageBytes) {}
-  __device__ std::uint32_t slot(std::uint32_t s) const { return slots + s * Cfg::kStageBytes; }
-  __device__ std::uint32_t bar(std::uint32_t s) const { return bars + 8 * s; }  // full
-  __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (Cfg::kStages + s); }
-};
+using WgmmaSmem = WgmmaRing<Cfg::kStages, Cfg::kStageBytes>;
 
 // The producer thread's feed: one stage of its CTA's units per call, in the order the consumers
 // take them.
@@ -129,7 +120,7 @@ __device__ __forceinline__ void wgmma_issue_stage(WgmmaStageCursor<Cfg::kTokens,
   f.wait_slot_free(sm.empty(f.slot));
   const bool narrow = f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
   const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
-  const std::uint32_t bar = sm.bar(f.slot), dst = sm.slot(f.slot);
+  const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
   mbar_arrive_expect_tx(bar, 2 * rows * 128 + 8 * 2 * 512 + 8 * 2 * kRecord);
   const int tile_y = f.un.e * (p.n / 16) + f.un.cta_rt * 8;
   tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, f.c * 128, tile_y, bar);
@@ -168,7 +159,7 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
   std::uint32_t a[2][4][4];
   std::uint32_t prev = 0;  // the previous stage's slot (c > 0)
   for (int c = 0; c < stages; ++c) {
-    mbar_wait(sm.bar(rd), ph);
+    mbar_wait(sm.full(rd), ph);
     const std::uint32_t slot = sm.slot(rd);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -227,13 +218,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
   for (int i = tid; i < 256; i += Cfg::kThreads) lut[i] = scale_multiplier<kNvfp4>(i);
-  if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(sm.bar(s), 1);
-      mbar_init(sm.empty(s), Cfg::kConsumers / 32);
-    }
-    fence_mbar_init();
-  }
+  if (tid == 0) sm.init(Cfg::kConsumers / 32);
   // Token tiles per expert, prefix-summed: tile_start[e] .. tile_start[e + 1].
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers

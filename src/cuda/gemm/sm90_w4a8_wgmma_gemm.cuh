@@ -55,12 +55,10 @@ namespace moekit::gemm::sm90_w4a8 {
 using cuda::sm90::tma_load_2d;
 using sm90_decode::store_tile;
 using sm90_w4a16::expert_offset;
-using sm90_w4a16::fence_mbar_init;
 using sm90_w4a16::fence_operand;
 using sm90_w4a16::grouped_units_bound;
 using sm90_w4a16::lds128;
 using sm90_w4a16::mbar_arrive_expect_tx;
-using sm90_w4a16::mbar_init;
 using sm90_w4a16::mbar_wait;
 using sm90_w4a16::Params;
 using sm90_w4a16::prefix_token_tiles;
@@ -73,6 +71,7 @@ using sm90_w4a16::wgmma_commit;
 using sm90_w4a16::wgmma_fence;
 using sm90_w4a16::wgmma_unit_at;
 using sm90_w4a16::wgmma_wait;
+using sm90_w4a16::WgmmaRing;
 using sm90_w4a16::WgmmaStageCursor;
 using sm90_w4a16::WgmmaUnit;
 
@@ -124,22 +123,16 @@ struct W4A8Config {
   __host__ __device__ static int offsets_bytes(int num_experts) {
     return ((num_experts + 1) * 4 + 127) / 128 * 128;
   }
-  // The stage slots, then their full and empty mbarriers.
-  __host__ __device__ static constexpr int ring_bytes() { return kStages * (kStageBytes + 16); }
+  // After the tables and the tile prefix, aligned to 1024 at run time: the ring (W4A8Smem).
   static int smem_bytes(int num_experts) {
-    return kTableBytes + offsets_bytes(num_experts) + 1024 + ring_bytes();
+    return kTableBytes + offsets_bytes(num_experts) + 1024 +
+           WgmmaRing<kStages, kStageBytes>::kBytes;
   }
 };
 
+// The CTA's ring of stage slots (all addresses in the shared window).
 template <typename Cfg>
-struct W4A8Smem {
-  std::uint32_t slots, bars;
-  __device__ explicit W4A8Smem(std::uint32_t ring)
-      : slots(ring), bars(ring + Cfg::kStages * Cfg::kStageBytes) {}
-  __device__ std::uint32_t slot(std::uint32_t s) const { return slots + s * Cfg::kStageBytes; }
-  __device__ std::uint32_t full(std::uint32_t s) const { return bars + 8 * s; }
-  __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (Cfg::kStages + s); }
-};
+using W4A8Smem = WgmmaRing<Cfg::kStages, Cfg::kStageBytes>;
 
 __device__ __forceinline__ uint2 lds64(std::uint32_t addr) {
   uint2 v;
@@ -331,13 +324,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
   if (tid < 32) table[tid] = table_word(tid / 2, tid % 2);
-  if (tid == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(sm.full(s), 1);
-      mbar_init(sm.empty(s), Cfg::kConsumers / 32);
-    }
-    fence_mbar_init();
-  }
+  if (tid == 0) sm.init(Cfg::kConsumers / 32);
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers
 

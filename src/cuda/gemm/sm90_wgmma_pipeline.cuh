@@ -31,6 +31,28 @@ __device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) 
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
 }
 
+// The ring in shared memory: kStages slots of kStageBytes from `ring` (1024-aligned: the swizzle
+// atom), then per slot a full mbarrier (count 1: the producer's arrive.expect_tx) and an empty one
+// (one arrival per consumer warp). kBytes in all.
+template <int kStages, int kStageBytes>
+struct WgmmaRing {
+  static constexpr int kBytes = kStages * (kStageBytes + 16);
+  std::uint32_t slots, bars;
+  __device__ explicit WgmmaRing(std::uint32_t ring)
+      : slots(ring), bars(ring + kStages * kStageBytes) {}
+  __device__ std::uint32_t slot(std::uint32_t s) const { return slots + s * kStageBytes; }
+  __device__ std::uint32_t full(std::uint32_t s) const { return bars + 8 * s; }
+  __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (kStages + s); }
+  // One thread, before the CTA barrier that publishes the barriers to the others.
+  __device__ void init(int consumer_warps) const {
+    for (int s = 0; s < kStages; ++s) {
+      cuda::sm90::mbar_init(full(s), 1);
+      cuda::sm90::mbar_init(empty(s), consumer_warps);
+    }
+    cuda::sm90::fence_mbar_init();
+  }
+};
+
 // The producer's cursor over the stages of its CTA's units in a warp-specialized wgmma kernel's
 // ring (W4A16 / W4A8): unit u (un: its coordinates), its stage c, the ring slot of the next stage
 // and how often the ring wrapped. Per issued stage: wait_slot_free, the copies, advance.
