@@ -33,10 +33,10 @@ enum class W4Format : std::uint8_t { kNVFP4, kMXFP4 };
 enum class W4Epilogue : std::uint8_t { kNone, kSiluAndMul, kSwigluOai };
 // Kernel tile configurations (weight rows x tokens per CTA): decode8 32x8 or 64x8 (by the work
 // available), decode16 16x16 or 64x16 (likewise; both warp-independent streaming), mid32 128x32,
-// large 128x64 (mma.sync), wgmma 128x128, 128x160 or 128x256 by the rows per expert (warpgroup
-// MMA, sm_90a; needs w_scales 16-byte aligned, A in the wgmma K order, below, and no row_index).
-// kAuto picks decode8, mid32 or large from m and num_experts for natural-order A (never decode16),
-// and wgmma for wgmma-order A (the caller's choice: w4a16_prefers_wgmma).
+// large 128x64 (mma.sync), wgmma 128x32, 128x128, 128x160 or 128x256 by the rows per expert
+// (warpgroup MMA, sm_90a; needs w_scales 16-byte aligned, A in the wgmma K order, below, and no
+// row_index). kAuto picks decode8, mid32 or large from m and num_experts for natural-order A (never
+// decode16), and wgmma for wgmma-order A (the caller's choice: w4a16_prefers_wgmma).
 enum class W4Tile : std::uint8_t { kAuto, kDecode8, kDecode16, kMid32, kLarge, kWgmma };
 
 // Column order of an activation matrix inside every 64-wide K chunk. kNatural: column j holds
@@ -112,6 +112,9 @@ struct W4A16GemmArgs {
   // Cap on the persistent grid; 0 = fill the device. E.g. to leave SMs to overlapped
   // communication; tests use it to give each CTA many units (the ring crossing unit boundaries).
   int max_ctas = 0;
+  // Tile wgmma only: its token tile (32, 128, 160 or 256); 0 = by the rows per active expert (up
+  // to 32: 32, below 96: 128, below 384: 160, else 256).
+  int wgmma_tokens = 0;
   // Decode tiles only: split K over the CTAs of a thread-block cluster of this size (1..8; the
   // partial sums are added in a fixed order through distributed shared memory: deterministic, no
   // workspace). 0 = auto: split in 2 when the work units would leave at least half of the device's
@@ -140,10 +143,12 @@ struct W4A16GemmArgs {
 W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args);
 // Whether m rows over num_experts experts should run the wgmma tile (A in the wgmma K order):
 // more than kWgmmaMinRowsPerExpert rows per active expert (uniform routing). Measured on the H200
-// (layer, NVFP4, 2026-12-01g): at 50 rows per expert large is faster (Mixtral 200 tokens 637 vs
-// 744 us, Qwen3-235B 800 tokens 1159 vs 1407), at 64 wgmma (Mixtral 256: 753 vs 1056, Qwen3-235B
-// 1024: 1433 vs 1641).
-inline constexpr std::int64_t kWgmmaMinRowsPerExpert = 56;
+// (layer, NVFP4, 2026-12-01i): from 9 rows per expert its 32-token tile beats mid32 (Mixtral 64
+// tokens 334 vs 433 us, Qwen3-235B 384 tokens 617 vs 714) and its 128-token tile beats mid32 /
+// large from 33 (Mixtral 192 tokens 560 vs 813, Qwen3-235B 768 1053 vs 1344); at <= 8 rows the
+// decode8 tile streams the weights faster (DeepSeek-V3 64 tokens 1698 vs 1879 us for the 32-token
+// tile at 2 CTAs per SM).
+inline constexpr std::int64_t kWgmmaMinRowsPerExpert = 8;
 bool w4a16_prefers_wgmma(std::int64_t m, int num_experts);
 
 // Validates (throws moekit::Error naming the argument) and launches. Asynchronous. m == 0 is a

@@ -180,7 +180,9 @@ class W4A16Experts : public ModularExperts {
     g1.stream = stream;
     // Decode sizes on decode tiles: the permutation in both GEMMs, the reduce in GEMM2's epilogue
     // (two kernels; gemm::DecodeRouting). Otherwise permute -> GEMM1 -> GEMM2 -> reduce.
-    const bool fused = rows <= detail::decode_routing_max_rows() &&
+    // Many rows per expert: the wgmma tile (below).
+    const bool wgmma = gemm::w4a16_prefers_wgmma(rows, e);
+    const bool fused = !wgmma && rows <= detail::decode_routing_max_rows() &&
                        gemm::w4a16_resolve_tile(g1) == gemm::W4Tile::kDecode8;
     auto* counters = reinterpret_cast<int*>(ws_at(workspace13, l.counters));
     if (fused) {
@@ -191,10 +193,9 @@ class W4A16Experts : public ModularExperts {
       detail::permute_by_expert(topk_ids, rows, e, offsets, sorted, prow, stream, k, tokens,
                                 ws_at(workspace13, l.permute_scratch));
     }
-    // Many rows per expert: the wgmma tile, which reads its activations in expert order and the
-    // wgmma K order through TMA (the routed rows gathered and converted in one pass; GEMM1 writes
-    // GEMM2's rows in that order).
-    const bool wgmma = !fused && gemm::w4a16_prefers_wgmma(rows, e);
+    // The wgmma tile reads its activations in expert order and the wgmma K order through TMA
+    // (the routed rows gathered and converted in one pass; GEMM1 writes GEMM2's rows in that
+    // order).
     if (wgmma) {
       void* a_wgmma = ws_at(workspace13, l.a_wgmma);
       gemm::w4a16_to_wgmma_k_order(a_src, h, a_wgmma, h, rows, h, stream, tokens, m);

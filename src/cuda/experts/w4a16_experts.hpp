@@ -6,7 +6,7 @@
 //   -> W4A16 GEMM1 gathering its rows itself (row_index = sorted_tokens) with bias +
 //   SiLU-and-mul / SwiGLU-OAI fused -> W4A16 GEMM2 (+ bias; a programmatic dependent of GEMM1)
 //   -> weighted top-k sum into [M, H] bf16 (cuda::detail::weighted_reduce_bf16).
-// Above gemm::kWgmmaMinRowsPerExpert rows per expert the GEMMs run the wgmma tile, which reads
+// Above gemm::kWgmmaMinRowsPerExpert (8) rows per expert the GEMMs run the wgmma tile, which reads
 // its rows in order through TMA: the routed rows are gathered and put in the wgmma K order in
 // one pass first (gemm::w4a16_to_wgmma_k_order with row_index = sorted_tokens), and GEMM1 writes
 // GEMM2's rows in that order.

@@ -19,17 +19,26 @@ namespace moekit::gemm {
 namespace sm90_w4a16 {
 namespace {
 
-// 128 weight rows x 128 tokens (5 stages: 3 ahead) below 96 rows per expert, x 160 tokens (4
-// stages: 2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one token
+// 128 weight rows x 32 tokens up to 32 rows per expert (4 stages, 3 CTAs per SM of 288 threads;
+// units of N = 8 / 16 / 32 by their rows), x 128 tokens (5 stages: 3 ahead) below 96, x 160 tokens
+// (4 stages: 2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one token
 // tile), x 256 tokens (3 stages: 1 ahead, ~220 KB) from 384 (Mixtral at 4096 tokens: 1024). One
 // CTA per SM. Measured with v3 on the H200, layer, NVFP4, 2026-12-01g (us, 128 / 160 / 256):
 // DeepSeek-V3 2048 tokens (64 rows per expert) 5849 / 6598 / 9364, 4096 (128) 9467 / 7625 /
 // 10537; Qwen3-235B 2048 (128) 2145 / 1649 / 2251, 4096 (256) 3497 / 3360 / 3631; Mixtral 4096
-// (1024) 6997 / - / 5907.
+// (1024) 6997 / - / 5907. The 32-token tile (2026-12-01i, layer, NVFP4, us, 1 / 2 / 3 CTAs per
+// SM against the previous mid32 mma.sync tile): Mixtral 64 tokens (16 rows per expert) 382 /
+// 331 / 334 against 433, 128 (32) 442 / 454 / 437 against 522; Qwen3-235B 384 (24) 666 / 636 /
+// 617 against 714; DeepSeek-V3 512 (16) 2878 / 2529 / 2452 against 3016. From 33 rows the
+// 128-token tile (Mixtral 192 tokens = 48 rows 554 against 704 for the 32-token one).
+using Wgmma32 = WgmmaConfig<32, 12>;
+using Wgmma32x2 = WgmmaConfig<32, 6, 2>;
+using Wgmma32x3 = WgmmaConfig<32, 4, 3>;
 using Wgmma128 = WgmmaConfig<128, 5>;
 using Wgmma160 = WgmmaConfig<160, 4>;
 using Wgmma256 = WgmmaConfig<256, 3>;
 constexpr std::int64_t kRowsFor256 = 384;
+constexpr std::int64_t kRowsFor32 = 32;
 
 // The launch's TMA descriptors (WgmmaMaps): A rows in order, the codes as 8-byte elements.
 template <typename Cfg>
@@ -42,9 +51,9 @@ WgmmaMaps wgmma_maps(const W4A16GemmArgs& args, const Params& params) {
   m.a = cuda::encode_tensor_map_2d("a", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.a, args.k, args.m,
                                    lda_bytes, 64, Cfg::kTokens, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-  m.a_narrow = cuda::encode_tensor_map_2d(
-      "a", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.a, args.k, args.m, lda_bytes, 64, Cfg::kNarrow,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.a_narrow = cuda::encode_tensor_map_2d("a", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.a, args.k,
+                                          args.m, lda_bytes, 64, 8, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   m.codes = cuda::encode_tensor_map_2d("w", CU_TENSOR_MAP_DATA_TYPE_UINT64, args.w, chunks * 64,
                                        tiles, chunks * 512, 128, 8, CU_TENSOR_MAP_SWIZZLE_NONE,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
@@ -109,21 +118,38 @@ __global__ void to_wgmma_k_order_kernel(const std::uint32_t* __restrict__ src, s
 
 void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
   const std::int64_t rows_per_expert = rows_per_active_expert(args.m, args.num_experts);
-  int tokens = rows_per_expert >= kRowsFor256 ? 256 : rows_per_expert >= 96 ? 160 : 128;
+  int tokens = rows_per_expert >= kRowsFor256  ? 256
+               : rows_per_expert >= 96         ? 160
+               : rows_per_expert <= kRowsFor32 ? 32
+                                               : 128;
+  if (args.wgmma_tokens != 0) tokens = args.wgmma_tokens;
   // The 256-token tile's shared memory grows with the experts (4 bytes each): 128 where it does
   // not fit.
   if (tokens == 256 &&
       Wgmma256::smem_bytes(args.num_experts) > cuda::current_device_max_smem_optin())
     tokens = 128;
-  // Measurement override: MOEKIT_W4A16_WGMMA_TILE=128 | 160 | 256 (the token tile).
+  // Measurement override: MOEKIT_W4A16_WGMMA_TILE=32 | 128 | 160 | 256 (the token tile).
   if (const char* env = std::getenv("MOEKIT_W4A16_WGMMA_TILE"); env && *env) {
     const std::string v(env);
-    MOEKIT_CHECK_ARG(v == "128" || v == "160" || v == "256", "MOEKIT_W4A16_WGMMA_TILE",
-                     "128, 160 or 256", v);
+    MOEKIT_CHECK_ARG(v == "32" || v == "128" || v == "160" || v == "256", "MOEKIT_W4A16_WGMMA_TILE",
+                     "32, 128, 160 or 256", v);
     tokens = std::stoi(v);
   }
   if (tokens == 256) return dispatch<Wgmma256>(args, params);
   if (tokens == 160) return dispatch<Wgmma160>(args, params);
+  if (tokens == 32) {
+    // Measurement override: MOEKIT_W4A16_WGMMA_CTAS=1 | 2 | 3 (CTAs per SM; default 3).
+    static const int ctas = [] {
+      const char* v = std::getenv("MOEKIT_W4A16_WGMMA_CTAS");
+      if (v == nullptr || *v == '\0') return 3;
+      const std::string s(v);
+      MOEKIT_CHECK_ARG(s == "1" || s == "2" || s == "3", "MOEKIT_W4A16_WGMMA_CTAS", "1, 2 or 3", s);
+      return std::stoi(s);
+    }();
+    if (ctas == 1) return dispatch<Wgmma32>(args, params);
+    if (ctas == 2) return dispatch<Wgmma32x2>(args, params);
+    return dispatch<Wgmma32x3>(args, params);
+  }
   return dispatch<Wgmma128>(args, params);
 }
 

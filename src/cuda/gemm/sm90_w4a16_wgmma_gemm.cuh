@@ -63,23 +63,43 @@ using sm90_decode::store_tile;
 // The TMA descriptors of one launch (encoded on the host by w4a16_wgmma_launch).
 struct WgmmaMaps {
   CUtensorMap a;         // bf16 [m rows][k], wgmma K order: box 64 x kTokens, 128-byte swizzle
-  CUtensorMap a_narrow;  // the same, box 64 x kNarrow
+  CUtensorMap a_narrow;  // the same, box 64 x 8 (narrow units: n / 8 boxes per chunk)
   CUtensorMap codes;     // u64 [E n / 16 row tiles][k / 64 chunks x 64]: box 128 x 8
   CUtensorMap scales;    // u8 [E n / 16 row tiles][k / 64 chunks x record]: box 2 records x 8
 };
 
 // kTokens: wgmma N (128; 160 for experts of ~100-160 rows: one token tile holds them where 128
 // would stream every weight tile a second time for a short second tile; 256 for many rows per
-// expert: twice the MMAs per dequantized chunk). kStages: ring depth.
-template <int kTokens_, int kStages_>
+// expert: twice the MMAs per dequantized chunk; 32 for a few rows per expert, where the weight
+// stream sets the pace: its units run N = 8 / 16 / 32 by their rows). kStages: ring depth.
+// kCtasPerSm: 1, or 2 / 3 (more consumer warps per SM on fewer registers: the narrow tile).
+template <int kTokens_, int kStages_, int kCtasPerSm_ = 1>
 struct WgmmaConfig {
-  static constexpr int kThreads = 384;  // 2 consumer warpgroups + the producer warpgroup
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  static_assert(kCtasPerSm >= 1 && kCtasPerSm <= 3, "CTAs per SM");
+  // 2 consumer warpgroups + the producer: a warpgroup that gives its registers to the consumers
+  // through setmaxnreg (1 CTA per SM: 168 x 384 at launch >= 40 x 128 + 232 x 256), or, at 2 / 3
+  // CTAs per SM, one warp and no setmaxnreg. Registers per thread: an SM sub-partition (16 K
+  // registers) holds 5 / 7 of the 18 / 27 warps, hence 96 / 72 (ptxas then serializes the
+  // narrow wgmma, which 16-24 warps per SM hide: measured faster than 1 CTA unserialized).
+  static constexpr int kThreads = kCtasPerSm == 1 ? 384 : 288;
   static constexpr int kConsumers = 256;
   static constexpr int kRows = 128;  // 2 x 64 weight rows = 8 row tiles of 16
-  // setmaxnreg: the consumers get what the producer gives up (40 x 128 + 232 x 256 <= 64 K).
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static constexpr int kProducerRegs = kCtasPerSm == 1 ? 40 : 0;  // 0: no setmaxnreg
+  static constexpr int kConsumerRegs = kCtasPerSm == 1 ? 232 : 0;
+  static constexpr int kMaxRegs = kCtasPerSm == 1 ? 168 : kCtasPerSm == 2 ? 96 : 72;
   static constexpr int kTokens = kTokens_, kStages = kStages_;
   static constexpr int kNarrow = 32;  // the short tail tile's wgmma N
+  // The 32-token tile's units of at most 8 / 16 rows run N = 8 / 16 (fewer MMAs and activation
+  // bytes per weight chunk); the larger tiles' tails run N = 32.
+  static constexpr bool kLadder = kTokens_ == 32;
+  // The wgmma N of a unit of `rows` token rows (1..kTokens).
+  __host__ __device__ static constexpr int unit_n(int rows) {
+    return rows > kNarrow          ? kTokens_
+           : kLadder && rows <= 8  ? 8
+           : kLadder && rows <= 16 ? 16
+                                   : kNarrow;
+  }
   // Stage slot: two activation halves (chunk 2c, 2c + 1) of kTokens rows x 64 bf16 (128 bytes,
   // swizzled; 1024-aligned), the codes box [8 tiles][2 x 512 bytes], the scales box [8 tiles][2
   // records of 64 (NVFP4) / 32 (MXFP4) bytes].
@@ -88,7 +108,8 @@ struct WgmmaConfig {
   static constexpr int kScalesOffset = kCodesOffset + 8 * 1024;
   static constexpr int kStageBytes = kScalesOffset + 8 * 128;
   static constexpr int kLutBytes = 256 * 4;
-  static_assert(kTokens == 128 || kTokens == 160 || kTokens == 256, "wgmma token tile");
+  static_assert(kTokens == 32 || kTokens == 128 || kTokens == 160 || kTokens == 256,
+                "wgmma token tile");
   static_assert(kHalfBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "ring");
   __host__ __device__ static int offsets_bytes(int num_experts) {
@@ -118,16 +139,22 @@ __device__ __forceinline__ void wgmma_issue_stage(WgmmaStageCursor<Cfg::kTokens,
                                                   const int* tile_start, const WgmmaSmem<Cfg>& sm) {
   constexpr int kRecord = kNvfp4 ? 64 : 32;
   f.wait_slot_free(sm.empty(f.slot));
-  const bool narrow = f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
-  const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
+  const int n = Cfg::unit_n(f.un.row_end - f.un.row_begin);
   const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
-  mbar_arrive_expect_tx(bar, 2 * rows * 128 + 8 * 2 * 512 + 8 * 2 * kRecord);
+  mbar_arrive_expect_tx(bar, 2 * n * 128 + 8 * 2 * 512 + 8 * 2 * kRecord);
   const int tile_y = f.un.e * (p.n / 16) + f.un.cta_rt * 8;
   tma_load_2d(dst + Cfg::kCodesOffset, &maps.codes, f.c * 128, tile_y, bar);
   tma_load_2d(dst + Cfg::kScalesOffset, &maps.scales, f.c * 2 * kRecord, tile_y, bar);
-  const CUtensorMap* a = narrow ? &maps.a_narrow : &maps.a;
-  tma_load_2d(dst, a, f.c * 128, f.un.row_begin, bar);
-  tma_load_2d(dst + Cfg::kHalfBytes, a, f.c * 128 + 64, f.un.row_begin, bar);
+  if (n == Cfg::kTokens) {
+    tma_load_2d(dst, &maps.a, f.c * 128, f.un.row_begin, bar);
+    tma_load_2d(dst + Cfg::kHalfBytes, &maps.a, f.c * 128 + 64, f.un.row_begin, bar);
+  } else {  // 8-row boxes: one 1024-byte swizzle atom each, the layout of one n-row box
+    for (int b = 0; b < n / 8; ++b) {
+      tma_load_2d(dst + b * 1024, &maps.a_narrow, f.c * 128, f.un.row_begin + 8 * b, bar);
+      tma_load_2d(dst + Cfg::kHalfBytes + b * 1024, &maps.a_narrow, f.c * 128 + 64,
+                  f.un.row_begin + 8 * b, bar);
+    }
+  }
   f.advance(p, tile_start);
 }
 
@@ -161,11 +188,28 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
   for (int c = 0; c < stages; ++c) {
     mbar_wait(sm.full(rd), ph);
     const std::uint32_t slot = sm.slot(rd);
+    // Below N = 256: both chunks' codes and scales first (chunk 1's shared loads wait for no MMA
+    // issue); N = 256 loads each chunk's at its start (its accumulators leave fewer registers).
+    constexpr bool kPreload = kN < 256;
+    uint4 codes[2];
+    std::uint32_t scales[2][2];
+#pragma unroll
+    for (int h = 0; h < (kPreload ? 2 : 0); ++h) {
+      codes[h] = lds128(slot + codes_off + h * 512);
+      const std::uint32_t sc = lds_u16(slot + scale_off + h * kRecord);
+      scales[h][0] = lut[sc & 0xFF];
+      scales[h][1] = lut[sc >> 8];
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint4 cw = lds128(slot + codes_off + h * 512);
-      const std::uint32_t sc = lds_u16(slot + scale_off + h * kRecord);
-      const std::uint32_t sc_lo = lut[sc & 0xFF], sc_hi = lut[sc >> 8];
+      if constexpr (!kPreload) {
+        codes[h] = lds128(slot + codes_off + h * 512);
+        const std::uint32_t sc = lds_u16(slot + scale_off + h * kRecord);
+        scales[h][0] = lut[sc & 0xFF];
+        scales[h][1] = lut[sc >> 8];
+      }
+      const uint4 cw = codes[h];
+      const std::uint32_t sc_lo = scales[h][0], sc_hi = scales[h][1];
       dequant_word(cw.x, sc_lo, sc_hi, a[h][0]);
       dequant_word(cw.y, sc_lo, sc_hi, a[h][1]);
       dequant_word(cw.z, sc_lo, sc_hi, a[h][2]);
@@ -206,7 +250,7 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
 }
 
 template <typename Cfg, bool kNvfp4, int kEpi>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads) __maxnreg__(Cfg::kMaxRegs)
     w4a16_wgmma_gemm_kernel(const __grid_constant__ Params p,
                             const __grid_constant__ WgmmaMaps maps) {
   extern __shared__ __align__(128) unsigned char smem[];  // the ring is aligned at run time
@@ -234,11 +278,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         });
     return;
   }
-  setmaxnreg_inc<Cfg::kConsumerRegs>();
+  if constexpr (Cfg::kConsumerRegs > 0) setmaxnreg_inc<Cfg::kConsumerRegs>();
   std::uint32_t seq = 0;  // stages consumed so far (ring slot / mbarrier phase)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
     const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
-    if (un.row_end - un.row_begin > Cfg::kNarrow) {
+    const int n = Cfg::unit_n(un.row_end - un.row_begin);
+    if constexpr (Cfg::kLadder) {
+      if (n == 8) {
+        wgmma_unit<Cfg, 8, kNvfp4, kEpi>(p, lut, sm, seq, un);
+      } else if (n == 16) {
+        wgmma_unit<Cfg, 16, kNvfp4, kEpi>(p, lut, sm, seq, un);
+      } else {
+        wgmma_unit<Cfg, 32, kNvfp4, kEpi>(p, lut, sm, seq, un);
+      }
+    } else if (n == Cfg::kTokens) {
       wgmma_unit<Cfg, Cfg::kTokens, kNvfp4, kEpi>(p, lut, sm, seq, un);
     } else {
       wgmma_unit<Cfg, Cfg::kNarrow, kNvfp4, kEpi>(p, lut, sm, seq, un);
@@ -256,7 +309,8 @@ cudaError_t launch_w4a16_wgmma(const Params& params, const WgmmaMaps& maps, std:
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   std::int64_t grid = std::min<std::int64_t>(
-      grouped_units_bound(m, params.num_experts, params.n, Cfg::kTokens, Cfg::kRows), sms);
+      grouped_units_bound(m, params.num_experts, params.n, Cfg::kTokens, Cfg::kRows),
+      static_cast<std::int64_t>(sms) * Cfg::kCtasPerSm);
   if (max_ctas > 0) grid = std::min<std::int64_t>(grid, max_ctas);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(params, maps);
   return cudaGetLastError();

@@ -79,14 +79,15 @@ struct WgmmaStageCursor {
 };
 
 // The producer warpgroup's part (every thread of it calls this; `issuer` is one of them): gives
-// registers up to the consumers, then the issuer prefetches the launch's four tensor maps (Maps:
-// members a, a_narrow, codes, scales) and issues every stage of the CTA's units in order,
-// issue_stage(cursor) per stage (it waits for the slot, issues the copies, advances the cursor).
+// registers up to the consumers (kProducerRegs > 0: setmaxnreg), then the issuer prefetches the
+// launch's four tensor maps (Maps: members a, a_narrow, codes, scales) and issues every stage of
+// the CTA's units in order, issue_stage(cursor) per stage (it waits for the slot, issues the
+// copies, advances the cursor).
 template <int kTokens, int kStages, int kProducerRegs, typename Maps, typename IssueStage>
 __device__ __forceinline__ void run_wgmma_producer(bool issuer, const Maps& maps, const Params& p,
                                                    const int* tile_start, int units, int stages,
                                                    int cta_row_tiles, IssueStage&& issue_stage) {
-  setmaxnreg_dec<kProducerRegs>();
+  if constexpr (kProducerRegs > 0) setmaxnreg_dec<kProducerRegs>();
   if (!issuer) return;
   cuda::sm90::tma_prefetch_map(&maps.a);
   cuda::sm90::tma_prefetch_map(&maps.a_narrow);

@@ -162,23 +162,26 @@ void run_case(const Case& c, std::uint32_t seed) {
   // some warps and CTAs get no chunk), filled / capped grids. 12-13: wgmma
   // (A in the wgmma K order; 128 x 128, m = 1024 gives full token tiles and
   // narrow tails, n = 80 / 112 a partial 128-row tile, 5 chunks a one-chunk
-  // last stage).
+  // last stage). 14-15: the wgmma 32-token tile (units of N = 8 / 16 / 32 by their rows).
   struct Variant {
     W4Tile tile;
     int max_ctas, k_split;
+    int wgmma_tokens = 0;
   };
   const Variant variants[] = {
-      {W4Tile::kDecode8, 0, 1}, {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
-      {W4Tile::kLarge, 0, 1},   {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
-      {W4Tile::kMid32, 3, 1},   {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
-      {W4Tile::kDecode8, 3, 3}, {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
-      {W4Tile::kWgmma, 0, 1},   {W4Tile::kWgmma, 3, 1},
+      {W4Tile::kDecode8, 0, 1},   {W4Tile::kDecode16, 0, 1}, {W4Tile::kMid32, 0, 1},
+      {W4Tile::kLarge, 0, 1},     {W4Tile::kDecode8, 3, 1},  {W4Tile::kDecode16, 3, 1},
+      {W4Tile::kMid32, 3, 1},     {W4Tile::kLarge, 3, 1},    {W4Tile::kDecode8, 0, 2},
+      {W4Tile::kDecode8, 3, 3},   {W4Tile::kDecode16, 0, 8}, {W4Tile::kDecode16, 8, 4},
+      {W4Tile::kWgmma, 0, 1},     {W4Tile::kWgmma, 3, 1},    {W4Tile::kWgmma, 0, 1, 32},
+      {W4Tile::kWgmma, 3, 1, 32},
   };
   for (const Variant& v : variants) {
     const W4Tile tile = v.tile;
     const int max_ctas = v.max_ctas;
     SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas) +
-                 " k_split " + std::to_string(v.k_split));
+                 " k_split " + std::to_string(v.k_split) + " wgmma_tokens " +
+                 std::to_string(v.wgmma_tokens));
     W4A16GemmArgs args;
     args.format = c.format;
     args.epilogue = c.epi;
@@ -200,6 +203,7 @@ void run_case(const Case& c, std::uint32_t seed) {
     args.out = d_out.ptr;
     args.max_ctas = max_ctas;
     args.k_split = v.k_split;
+    args.wgmma_tokens = v.wgmma_tokens;
     std::vector<std::uint16_t> first;
     for (int rep = 0; rep < 2; ++rep) {
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2),

@@ -30,7 +30,9 @@ using namespace w4a16_test;
 // experts with 0, 1, 31, 64, 65, 129 and 300 rows (the 128-token tile: full
 // tiles, partial ones and every N = 32 tail); routing B: 700 and 1000 rows
 // (many full tiles); routing C: 97..160 rows per expert (the 160-token tile,
-// one tile per expert, and a 33-row expert on the full N). Checked against
+// one tile per expert, and a 33-row expert on the full N); routing D on the 32-token tile:
+// 0..70 rows per expert (units of N = 8 / 16 / 32, experts of several token tiles with short
+// last ones), and routing A on it too. Checked against
 // float64 (same bound as above); repeated runs, a capped grid (3 CTAs) and a
 // CUDA-graph replay bitwise equal to the first run.
 TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
@@ -43,9 +45,11 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
     W4Format f;
     W4Epilogue epi;
     std::int64_t k;
+    int wgmma_tokens = 0;
   };
   const std::vector<int> routing_a = {31, 0, 129, 1, 300, 64, 65}, routing_b = {700, 1000},
-                         routing_c = {150, 97, 130, 160, 0, 33, 120};
+                         routing_c = {150, 97, 130, 160, 0, 33, 120},
+                         routing_d = {1, 8, 9, 0, 16, 17, 2, 32, 33, 70, 41, 7, 24, 0, 3};
   const Config configs[] = {{routing_a, W4Format::kNVFP4, W4Epilogue::kNone, 1280},
                             {routing_a, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1344},
                             {routing_a, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
@@ -53,7 +57,11 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
                             {routing_b, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1280},
                             {routing_b, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
                             {routing_c, W4Format::kNVFP4, W4Epilogue::kNone, 1344},
-                            {routing_c, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280}};
+                            {routing_c, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280},
+                            {routing_d, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1344, 32},
+                            {routing_d, W4Format::kMXFP4, W4Epilogue::kNone, 1280, 32},
+                            {routing_a, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1344, 32},
+                            {routing_d, W4Format::kNVFP4, W4Epilogue::kNone, 1280, 0}};
   for (const Config& cfg : configs) {
     const std::int64_t k = cfg.k;
     const W4Format f = cfg.f;
@@ -64,7 +72,8 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
     const int m = offsets[e];
     {
       SCOPED_TRACE(w4_format_name(f) + " epi " + std::to_string(static_cast<int>(epi)) + " m " +
-                   std::to_string(m) + " k " + std::to_string(k));
+                   std::to_string(m) + " k " + std::to_string(k) + " wgmma_tokens " +
+                   std::to_string(cfg.wgmma_tokens));
       const bool gated = epi != W4Epilogue::kNone;
       const std::int64_t n = 272, width = gated ? n / 2 : n;
       const W4Weights w = random_weights(rng, f, e, n, k, gated);
@@ -101,6 +110,7 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       args.bias = d_bias.ptr;
       args.row_scale = d_row_scale.ptr;
       args.out = d_out.ptr;
+      args.wgmma_tokens = cfg.wgmma_tokens;
       auto run = [&](int max_ctas) {
         EXPECT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
         args.max_ctas = max_ctas;
@@ -352,7 +362,7 @@ TEST(W4A16Gemm, WgmmaChainInKOrderMatchesNaturalOrderAndLargeTile) {
 
 // a_order must be kWgmma exactly for the wgmma tile; out_order kWgmma needs the wgmma tile and an
 // output width that is a multiple of 64; the wgmma tile takes no row_index (TMA reads A's rows in
-// order). Each refusal names the argument.
+// order); wgmma_tokens is one of its token tiles. Each refusal names the argument.
 TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, 1});
@@ -393,6 +403,9 @@ TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   x.a_order = W4KOrder::kWgmma;
   x.row_index = d_offsets.ptr;  // any device array: refused before the launch
   expect_error(x, "row_index");
+  x = args;
+  x.wgmma_tokens = 64;  // no such token tile
+  expect_error(x, "wgmma_tokens");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
