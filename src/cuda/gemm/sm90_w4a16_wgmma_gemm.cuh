@@ -39,8 +39,12 @@
 // Units are (expert, 128-row tile, token tile), expert-major (an expert's row tiles x token tiles
 // are consecutive, so one wave of the persistent grid shares the expert's activations and each
 // weight tile through L2). A token tile of at most 32 rows (an expert's short last one) runs an
-// N = 32 wgmma on a 32-row activation box. Epilogue: store_tile of the decode kernel (same math),
+// N = 32 wgmma on 8-row activation boxes. Epilogue: store_tile of the decode kernel (same math),
 // natural or wgmma K order.
+//
+// The 32-token tile (2026-12-01i, 9..32 rows per expert): units of N = 8 / 16 / 32 by their rows
+// (WgmmaConfig::unit_n), 3 CTAs per SM of 288 threads whose producer is one warp (no setmaxnreg;
+// 72 registers each, so ptxas serializes the wgmma, hidden by the 24 warps per SM).
 #pragma once
 
 #include <cuda.h>
@@ -270,7 +274,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) __maxnreg__(Cfg::kMaxRegs)
   const int cta_row_tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
   const int units = tile_start[p.num_experts] * cta_row_tiles;
   const int stages = (p.k / 64 + 1) / 2;
-  if (tid >= Cfg::kConsumers) {  // the producer warpgroup: one thread issues every stage
+  if (tid >= Cfg::kConsumers) {  // the producer warp(group): one thread issues every stage
     run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
         tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
         [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
