@@ -44,7 +44,7 @@
 //
 // The 32-token tile (2026-12-01i, 9..32 rows per expert): units of N = 8 / 16 / 32 by their rows
 // (WgmmaConfig::unit_n), 3 CTAs per SM of 288 threads whose producer is one warp (no setmaxnreg;
-// 72 registers each, so ptxas serializes the wgmma, hidden by the 24 warps per SM).
+// 72 registers each, so one chunk's MMAs in flight per warpgroup, hidden by the 24 warps per SM).
 #pragma once
 
 #include <cuda.h>
@@ -84,8 +84,9 @@ struct WgmmaConfig {
   // 2 consumer warpgroups + the producer: a warpgroup that gives its registers to the consumers
   // through setmaxnreg (1 CTA per SM: 168 x 384 at launch >= 40 x 128 + 232 x 256), or, at 2 / 3
   // CTAs per SM, one warp and no setmaxnreg. Registers per thread: an SM sub-partition (16 K
-  // registers) holds 5 / 7 of the 18 / 27 warps, hence 96 / 72 (ptxas then serializes the
-  // narrow wgmma, which 16-24 warps per SM hide: measured faster than 1 CTA unserialized).
+  // registers) holds 5 / 7 of the 18 / 27 warps, hence 96 / 72; the consumers then keep one
+  // chunk's A registers and retire each chunk's MMAs before the next dequant (wgmma_unit's
+  // kSync), which 16-24 warps per SM hide (measured faster than 1 CTA with two chunks in flight).
   static constexpr int kThreads = kCtasPerSm == 1 ? 384 : 288;
   static constexpr int kConsumers = 256;
   static constexpr int kRows = 128;  // 2 x 64 weight rows = 8 row tiles of 16
@@ -187,7 +188,10 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
 
   // a[h]: the A registers of the stage's chunk h. Chunk h of stage c overwrites those of chunk h
   // of stage c - 1, retired by the wgmma_wait<1> after the next chunk's MMAs were issued.
-  std::uint32_t a[2][4][4];
+  // kSync (several CTAs per SM, few registers): one set of A registers, each chunk's MMAs retired
+  // before the next chunk's dequant (other warps fill the wait).
+  constexpr bool kSync = Cfg::kCtasPerSm > 1;
+  std::uint32_t a[kSync ? 1 : 2][4][4];
   std::uint32_t prev = 0;  // the previous stage's slot (c > 0)
   for (int c = 0; c < stages; ++c) {
     mbar_wait(sm.full(rd), ph);
@@ -214,10 +218,11 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
       }
       const uint4 cw = codes[h];
       const std::uint32_t sc_lo = scales[h][0], sc_hi = scales[h][1];
-      dequant_word(cw.x, sc_lo, sc_hi, a[h][0]);
-      dequant_word(cw.y, sc_lo, sc_hi, a[h][1]);
-      dequant_word(cw.z, sc_lo, sc_hi, a[h][2]);
-      dequant_word(cw.w, sc_lo, sc_hi, a[h][3]);
+      std::uint32_t(&ah)[4][4] = a[kSync ? 0 : h];
+      dequant_word(cw.x, sc_lo, sc_hi, ah[0]);
+      dequant_word(cw.y, sc_lo, sc_hi, ah[1]);
+      dequant_word(cw.z, sc_lo, sc_hi, ah[2]);
+      dequant_word(cw.w, sc_lo, sc_hi, ah[3]);
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
@@ -225,24 +230,31 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
       wgmma_fence();
       const std::uint64_t desc = smem_desc_k_major_sw128(slot + h * Cfg::kHalfBytes);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) WgmmaRS<kN>::run(acc, a[h][j], desc + 2 * j, 1);
+      for (int j = 0; j < 4; ++j) WgmmaRS<kN>::run(acc, ah[j], desc + 2 * j, 1);
       wgmma_commit();
+      if constexpr (kSync) {
+        wgmma_wait<0>();  // this chunk's MMAs retired: its A registers are free
+      } else {
+        wgmma_wait<1>();  // the previous chunk's MMAs retired: its A registers are free
+      }
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
         for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
-      wgmma_wait<1>();  // the previous chunk's MMAs retired: its A registers are free
-      if (h == 0 && c > 0) release_slot(sm.empty(prev), lane);  // stage c - 1 retired
+      if (kSync && h == 1) release_slot(sm.empty(rd), lane);              // stage c retired
+      if (!kSync && h == 0 && c > 0) release_slot(sm.empty(prev), lane);  // stage c - 1 retired
     }
     prev = rd;
     if (++rd == Cfg::kStages) rd = 0, ph ^= 1;
   }
-  wgmma_wait<0>();
+  if constexpr (!kSync) {
+    wgmma_wait<0>();
 #pragma unroll
-  for (int i = 0; i < kN / 8; ++i)
+    for (int i = 0; i < kN / 8; ++i)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
-  release_slot(sm.empty(prev), lane);  // the unit's last stage
+      for (int r = 0; r < 4; ++r) fence_operand(acc[i][r]);
+    release_slot(sm.empty(prev), lane);  // the unit's last stage
+  }
 
   const int rt = un.cta_rt * 8 + warp;
   if (rt < p.n / 16) {
