@@ -196,8 +196,7 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
                    "2-byte aligned", static_cast<const void*>(args.w_scales));
   MOEKIT_CHECK_ARG(args.out != nullptr, "out", "a device pointer", "null");
   MOEKIT_CHECK_ARG(args.max_ctas >= 0, "max_ctas", ">= 0", args.max_ctas);
-  MOEKIT_CHECK_ARG(args.wgmma_tokens == 0 || args.wgmma_tokens == 32 || args.wgmma_tokens == 128 ||
-                       args.wgmma_tokens == 160 || args.wgmma_tokens == 256,
+  MOEKIT_CHECK_ARG(args.wgmma_tokens == 0 || sm90_w4a16::is_wgmma_token_tile(args.wgmma_tokens),
                    "wgmma_tokens", "0, 32, 128, 160 or 256", args.wgmma_tokens);
 
   Params params = grouped_gemm_params(args, lda, ldo);

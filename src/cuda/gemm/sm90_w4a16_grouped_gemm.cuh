@@ -157,6 +157,10 @@ inline std::int64_t rows_per_active_expert(std::int64_t m, int num_experts) {
   const std::int64_t active = std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, m));
   return (m + active - 1) / active;
 }
+// The W4A16 wgmma tile's token tiles (W4A16GemmArgs::wgmma_tokens, WgmmaConfig).
+__host__ __device__ constexpr bool is_wgmma_token_tile(int tokens) {
+  return tokens == 32 || tokens == 128 || tokens == 160 || tokens == 256;
+}
 // Host: an upper bound of the units of a persistent grouped kernel with token tiles of `tokens`
 // rows and weight tiles of `rows` rows: every expert adds at most one partial token tile.
 inline std::int64_t grouped_units_bound(std::int64_t m, int num_experts, std::int64_t n, int tokens,

@@ -131,7 +131,10 @@ void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
   // Measurement override: MOEKIT_W4A16_WGMMA_TILE=32 | 128 | 160 | 256 (the token tile).
   if (const char* env = std::getenv("MOEKIT_W4A16_WGMMA_TILE"); env && *env) {
     const std::string v(env);
-    MOEKIT_CHECK_ARG(v == "32" || v == "128" || v == "160" || v == "256", "MOEKIT_W4A16_WGMMA_TILE",
+    // Exactly the decimal spelling of a token tile (no sign, no leading zero).
+    const bool digits =
+        v.size() <= 3 && v[0] != '0' && v.find_first_not_of("0123456789") == std::string::npos;
+    MOEKIT_CHECK_ARG(digits && is_wgmma_token_tile(std::stoi(v)), "MOEKIT_W4A16_WGMMA_TILE",
                      "32, 128, 160 or 256", v);
     tokens = std::stoi(v);
   }

@@ -113,8 +113,7 @@ struct WgmmaConfig {
   static constexpr int kScalesOffset = kCodesOffset + 8 * 1024;
   static constexpr int kStageBytes = kScalesOffset + 8 * 128;
   static constexpr int kLutBytes = 256 * 4;
-  static_assert(kTokens == 32 || kTokens == 128 || kTokens == 160 || kTokens == 256,
-                "wgmma token tile");
+  static_assert(is_wgmma_token_tile(kTokens), "wgmma token tile");
   static_assert(kHalfBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "ring");
   __host__ __device__ static int offsets_bytes(int num_experts) {
@@ -201,21 +200,16 @@ __device__ __forceinline__ void wgmma_unit(const Params& p, const std::uint32_t*
     constexpr bool kPreload = kN < 256;
     uint4 codes[2];
     std::uint32_t scales[2][2];
-#pragma unroll
-    for (int h = 0; h < (kPreload ? 2 : 0); ++h) {
+    auto load_chunk = [&](int h) {  // chunk h's codes and its two scale multipliers
       codes[h] = lds128(slot + codes_off + h * 512);
       const std::uint32_t sc = lds_u16(slot + scale_off + h * kRecord);
       scales[h][0] = lut[sc & 0xFF];
       scales[h][1] = lut[sc >> 8];
-    }
+    };
+    if constexpr (kPreload) load_chunk(0), load_chunk(1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if constexpr (!kPreload) {
-        codes[h] = lds128(slot + codes_off + h * 512);
-        const std::uint32_t sc = lds_u16(slot + scale_off + h * kRecord);
-        scales[h][0] = lut[sc & 0xFF];
-        scales[h][1] = lut[sc >> 8];
-      }
+      if constexpr (!kPreload) load_chunk(h);
       const uint4 cw = codes[h];
       const std::uint32_t sc_lo = scales[h][0], sc_hi = scales[h][1];
       std::uint32_t(&ah)[4][4] = a[kSync ? 0 : h];
