@@ -247,6 +247,37 @@ __device__ __forceinline__ std::uint32_t load_scales(const std::uint8_t* p, bool
   return v;
 }
 
+// load_weights / load_scales without the zero fill: an invalid load leaves its registers
+// undefined (one predicated load, no register clears). For the decode kernel's W4A16 items, whose
+// invalid loads are never consumed (rows past N are not stored, chunks past K and items past the
+// last unit are not computed).
+template <bool kL2Prefetch>
+__device__ __forceinline__ uint4 load_weights_unfilled(const std::uint8_t* p, bool valid) {
+  uint4 v;  // undefined unless valid
+  if (valid) {
+    if constexpr (kL2Prefetch)
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p));
+    else
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(p));
+  }
+  return v;
+}
+template <bool kL2Prefetch>
+__device__ __forceinline__ std::uint32_t load_scales_unfilled(const std::uint8_t* p, bool valid) {
+  unsigned short v;  // undefined unless valid (the caller takes 16 bits of it)
+  if (valid) {
+    if constexpr (kL2Prefetch)
+      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+    else
+      asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+  }
+  return v;
+}
+
 __device__ __forceinline__ uint4 lds128(std::uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
