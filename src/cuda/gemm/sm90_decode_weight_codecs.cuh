@@ -77,8 +77,8 @@ struct W4Codec {
       const std::int64_t item = static_cast<std::int64_t>(m) * chunks + c;
       // Not zero-filled: an invalid item (tile past N, chunk past K, past the last unit) is never
       // consumed by a stored output (sm90_decode_grouped_gemm.cuh).
-      it.codes = sm90_w4a16::load_weights_unfilled<kL2Prefetch>(codes + item * 512, ok);
-      it.scales = sm90_w4a16::load_scales_unfilled<kL2Prefetch>(scales + item * kScaleRecord, ok);
+      it.codes = sm90_w4a16::load_weights<kL2Prefetch, false>(codes + item * 512, ok);
+      it.scales = sm90_w4a16::load_scales<kL2Prefetch, false>(scales + item * kScaleRecord, ok);
     }
   };
 

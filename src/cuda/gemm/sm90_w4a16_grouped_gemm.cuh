@@ -217,10 +217,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // kL2Prefetch: ask L2 to fetch the whole 256-byte block (the scale records of
 // 4-8 consecutive chunks of a row tile are contiguous, so one DRAM burst serves
-// the next loads).
-template <bool kL2Prefetch>
+// the next loads). kZeroFill: an invalid load reads zero; false: one predicated load and no
+// register clears, an invalid load's registers keep whatever they held (for the decode kernel's
+// W4A16 items, whose invalid loads are never consumed: rows past N are not stored, chunks past K
+// and items past the last unit are not computed).
+template <bool kL2Prefetch, bool kZeroFill = true>
 __device__ __forceinline__ uint4 load_weights(const std::uint8_t* p, bool valid) {
-  uint4 v = make_uint4(0, 0, 0, 0);
+  uint4 v;
+  if constexpr (kZeroFill) v = make_uint4(0, 0, 0, 0);
   if (valid) {
     if constexpr (kL2Prefetch)
       asm volatile(
@@ -235,40 +239,10 @@ __device__ __forceinline__ uint4 load_weights(const std::uint8_t* p, bool valid)
   }
   return v;
 }
-template <bool kL2Prefetch>
+template <bool kL2Prefetch, bool kZeroFill = true>
 __device__ __forceinline__ std::uint32_t load_scales(const std::uint8_t* p, bool valid) {
-  unsigned short v = 0;
-  if (valid) {
-    if constexpr (kL2Prefetch)
-      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
-    else
-      asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
-  }
-  return v;
-}
-
-// load_weights / load_scales without the zero fill: an invalid load leaves its registers
-// undefined (one predicated load, no register clears). For the decode kernel's W4A16 items, whose
-// invalid loads are never consumed (rows past N are not stored, chunks past K and items past the
-// last unit are not computed).
-template <bool kL2Prefetch>
-__device__ __forceinline__ uint4 load_weights_unfilled(const std::uint8_t* p, bool valid) {
-  uint4 v;  // undefined unless valid
-  if (valid) {
-    if constexpr (kL2Prefetch)
-      asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "l"(p));
-    else
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "l"(p));
-  }
-  return v;
-}
-template <bool kL2Prefetch>
-__device__ __forceinline__ std::uint32_t load_scales_unfilled(const std::uint8_t* p, bool valid) {
-  unsigned short v;  // undefined unless valid (the caller takes 16 bits of it)
+  unsigned short v;  // kZeroFill false: the caller takes 16 bits of whatever it holds
+  if constexpr (kZeroFill) v = 0;
   if (valid) {
     if constexpr (kL2Prefetch)
       asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
