@@ -49,16 +49,21 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 //              weights once from HBM at near copy bandwidth with 16-byte loads into registers
 //              (mma.sync, the weights as the MMA's M side, 8 or 16 tokens as N), partial sums added
 //              in a fixed order (deterministic); reads B in place (no re-layout, no workspace).
+//   kWgmma     not CUTLASS, for many rows per expert (prefill): a hand-written warp-specialized
+//              TMA + wgmma swap-AB kernel (128 weight rows x 128 / 144 / 160 rows of the expert per
+//              CTA, both operands in shared memory, K in stages of 128 bytes, a persistent grid
+//              whose stage ring runs across its units); bf16 may take `gated` (GEMM1's activation
+//              in its epilogue, D [R, I]); fp8 promotes every 128 K with the block scales.
 // kAuto picks from the number of experts E, max_rows and the average rows per expert that can
-// hold rows, max_rows / min(E, max_rows) (host-known: the choice never depends on the routing, so a
-// captured graph stays valid). The rule (auto_grouped_gemm_config) is set from H200 measurements,
-// see docs/kernels/bf16_fp8.md ("Run 3", "Decode"):
-//   bf16: kDecode for max_rows <= 16, or <= 32 when E <= 128 (decode token counts); else
-//   both: kSwapWide for 96..255 rows per expert when E <= 16 (Mixtral at 512 tokens); else
-//   bf16: kNarrow below 64 rows per expert, kWide from 64;
-//   fp8:  kWide from 128 rows per expert, kNarrow below.
-enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide, kDecode };
-// "auto", "wide", "narrow", "swap_wide", "decode"
+// hold rows, r = max_rows / min(E, max_rows) (host-known: the choice never depends on the routing,
+// so a captured graph stays valid). The rule (auto_grouped_gemm_config) is set from H200
+// measurements, see docs/kernels/bf16_fp8.md ("wgmma config", "Run 3", "Decode"):
+//   bf16: kDecode for max_rows <= 8 when E <= 16; else kWgmma for r < 64 and 96 <= r < 256;
+//         else kWide;
+//   fp8:  kWgmma for r < 32; else kSwapWide for 96..255 rows per expert when E <= 16; else kWide
+//         from 128 rows per expert, kNarrow below.
+enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide, kDecode, kWgmma };
+// "auto", "wide", "narrow", "swap_wide", "decode", "wgmma"
 std::string grouped_gemm_config_name(GroupedGemmConfig c);
 // The config named `name` (one of the names above); throws moekit::Error naming `what` otherwise.
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what);
@@ -109,7 +114,8 @@ struct GroupedGemmArgs {
   // after the row gather, GEMM2 after the activation; not right after the permute that writes
   // the offsets). Graph-capturable.
   bool overlap_previous = false;
-  // kDecode only (a non-null value with another config is an error naming it):
+  // kDecode only (a non-null value with another config is an error naming it; gated also with
+  // kWgmma for bf16):
   //   row_index: device [R] i32: row r of the problem reads A row row_index[r] (the unpermuted
   //     hidden states: GEMM1 gathers its rows itself); null = row r.
   //   gated: GEMM1 with its activation in the epilogue: N = 2I (gate | up halves, N % 16 == 0),

@@ -27,7 +27,7 @@ using gemm::GroupedGemmConfig;
 
 // The configs timed at every point (kAuto's pick is one of them and is labeled in the rows).
 constexpr GroupedGemmConfig kConfigs[] = {GroupedGemmConfig::kDecode, GroupedGemmConfig::kNarrow,
-                                          GroupedGemmConfig::kWide};
+                                          GroupedGemmConfig::kWide, GroupedGemmConfig::kWgmma};
 
 }  // namespace
 

@@ -310,11 +310,14 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const std::int32_t* used_rows = offsets + e;
   // The decode config (bf16, few rows) gathers GEMM1's rows itself (row_index) and runs the
   // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
-  // CUTLASS configs take gathered rows and the activation kernel between the GEMMs.
-  // (fp8 has no decode kernel: a forced decode config fails in grouped_gemm, naming the config,
-  // before anything reads the bf16-only sorted_tokens region.)
-  const bool decode = !fp8 && gemm::resolve_grouped_gemm_config(type_, st.config, e, rows) ==
-                                  gemm::GroupedGemmConfig::kDecode;
+  // bf16 wgmma config takes gathered rows and runs the activation in GEMM1's epilogue too. The
+  // CUTLASS configs (and fp8 on wgmma) take gathered rows and the activation kernel between the
+  // GEMMs. (fp8 has no decode kernel: a forced decode config fails in grouped_gemm, naming the
+  // config, before anything reads the bf16-only sorted_tokens region.)
+  const gemm::GroupedGemmConfig config =
+      gemm::resolve_grouped_gemm_config(type_, st.config, e, rows);
+  const bool decode = !fp8 && config == gemm::GroupedGemmConfig::kDecode;
+  const bool gated_gemm1 = decode || (!fp8 && config == gemm::GroupedGemmConfig::kWgmma);
   auto* tokens =
       decode ? reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens)) : nullptr;
   // Decode sizes on the decode config: the permutation in both GEMMs, the reduce in GEMM2's
@@ -354,9 +357,9 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.a = decode ? a_src : ws_at(workspace13, l.a);
   g1.lda = decode ? h : 0;
   g1.row_index = decode ? tokens : nullptr;
-  g1.gated = decode ? &act : nullptr;
+  g1.gated = gated_gemm1 ? &act : nullptr;
   g1.b = st.w13;
-  g1.d = decode ? ws_at(workspace13, l.act) : workspace2.data;
+  g1.d = gated_gemm1 ? ws_at(workspace13, l.act) : workspace2.data;
   g1.a_scales = fp8 ? reinterpret_cast<const float*>(ws_at(workspace13, l.a_scales)) : nullptr;
   g1.b_scales = st.w13_scales;
   g1.workspace = ws_at(workspace13, l.gemm_ws);
@@ -376,7 +379,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   }
   gemm::grouped_gemm(type_, g1);
 
-  if (!decode) {
+  if (!gated_gemm1) {
     if (fp8) {
       gemm::gated_activation_quant_fp8_block(
           workspace2.data, ws_at(workspace13, l.act),

@@ -27,14 +27,16 @@ std::string grouped_gemm_config_name(GroupedGemmConfig c) {
     case GroupedGemmConfig::kNarrow: return "narrow";
     case GroupedGemmConfig::kSwapWide: return "swap_wide";
     case GroupedGemmConfig::kDecode: return "decode";
+    case GroupedGemmConfig::kWgmma:
+      return "wgmma";
   }
   return "?";
 }
 
 GroupedGemmConfig parse_grouped_gemm_config(const std::string& name, const std::string& what) {
-  constexpr GroupedGemmConfig all[] = {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide,
+  constexpr GroupedGemmConfig all[] = {GroupedGemmConfig::kAuto,   GroupedGemmConfig::kWide,
                                        GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
-                                       GroupedGemmConfig::kDecode};
+                                       GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma};
   std::string valid;
   for (auto c : all) {
     if (grouped_gemm_config_name(c) == name) return c;
@@ -47,44 +49,50 @@ bool grouped_gemm_config_built(GroupedGemmType t, GroupedGemmConfig c) {
   switch (c) {
     case GroupedGemmConfig::kWide:
     case GroupedGemmConfig::kNarrow:
-    case GroupedGemmConfig::kSwapWide: return true;  // for both types
+    case GroupedGemmConfig::kSwapWide:
+    case GroupedGemmConfig::kWgmma:
+      return true;  // for both types
     case GroupedGemmConfig::kDecode: return t == GroupedGemmType::kBF16;
     case GroupedGemmConfig::kAuto: return false;
   }
   return false;  // a value outside the enum
 }
 
-// From the H200 runs 2 and 3 (bench/results/layer_20261129_bf16_fp8_block_run2*.json,
-// layer_20261201_bf16_fp8_run3a.json; docs/kernels/bf16_fp8.md "Run 3"). Only cells with a
-// measured comparison changed from the run-2 rule; the rest keep it.
+// From H200 layer measurements with each config forced (docs/kernels/bf16_fp8.md "wgmma config"
+// and "Run 3"; bench/results/layer_20261202b_wgmma_vs_auto.txt): where the hand-written wgmma
+// kernel was measured faster it is the pick; elsewhere the earlier rule (runs 2 and 3) stands.
 GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
                                            std::int64_t max_rows) {
   const std::int64_t holders =
       std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
   const std::int64_t r = max_rows / holders;
-  // Swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512 tokens: bf16 860 vs 992 us
-  // wide, fp8 578 vs 670 us narrow) and loses with many experts at the same rows per expert
-  // (deepseek-v3 4096: bf16 7964 vs 7624 us wide; kimi-k2 / qwen3-235b slower too), so it is
-  // limited to E <= 16 (measured at E = 8; 96..255 brackets the measured 128 between the
-  // measured 16 (narrow best) and 1024 (wide best)).
-  if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
-  // bf16: decode for few rows in all (H200, 2026-12-01c run 2, layer with each config forced,
-  // bench/results/layer_20261201c_bf16_decode_*; docs/kernels/bf16_fp8.md "Decode"): it wins up to
-  // 16 rows (mixtral-8x7b M = 1..8: 208 vs 260 .. 654 vs 672 us; qwen3-235b-a22b M = 1, 2;
-  // deepseek-v3 / kimi-k2 M = 1, 2: 214 vs 224, 216 vs 244 us) and at 32 rows with E <= 128
-  // (mixtral M = 16: 729 vs 741 us, qwen3-235b M = 4: 314 vs 328 us); narrow wins from 32 rows with
-  // E >= 256 (deepseek-v3 M = 4: 718 vs 733 us; kimi-k2 M = 4 a tie) and from 64 rows (mixtral
-  // M = 32: 740 vs 882 us; qwen3-235b M = 8 a tie). Then narrow below 64 rows per expert (run 2),
-  // wide from 64 (run 2).
+  // wgmma (H200, 2026-12-02, two interleaved runs per config, us, the previous pick vs wgmma):
+  //   bf16: faster from 1 to 512 tokens on five presets (e.g. gpt-oss-120b 8 tokens decode 384 vs
+  //     331, mixtral-8x7b 512 swap_wide 857 vs 782, deepseek-v3 512 narrow 5459 vs 5295) and at
+  //     4096 tokens with 128 rows per expert (gpt-oss-120b wide 2381 vs 1988; deepseek-v3 a tie,
+  //     7100 vs 7168); slower at 4096 tokens with 85 rows per expert (kimi-k2 wide 9939 vs 10368:
+  //     a 128-row tile for 85 +- 9 rows) and from 256 (qwen3-235b-a22b wide 2409 vs 2630,
+  //     mixtral-8x7b 1024 rows a tie); the decode config stays ahead with E <= 16 at <= 8 rows
+  //     (mixtral 1 token 231 vs 243 us);
+  //   fp8: faster below 32 rows per expert (1..64 tokens on four presets, +3..+23%, e.g. qwen3 1
+  //     token 84 vs 69, mixtral 8 tokens 375 vs 315; deepseek-v3 512 2834 vs 2745), slower from 32
+  //     (qwen3 512 680 vs 721, mixtral 512 swap_wide 553 vs 592, every 4096 cell: the promotion
+  //     after each 128-deep chain waits for its MMAs).
   if (t == GroupedGemmType::kBF16) {
-    if (max_rows <= 16 || (max_rows <= 32 && num_experts <= 128)) return GroupedGemmConfig::kDecode;
-    return r >= 64 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
+    if (num_experts <= 16 && max_rows <= 8) return GroupedGemmConfig::kDecode;
+    if (r < 64 || (r >= 96 && r < 256)) return GroupedGemmConfig::kWgmma;
+    return GroupedGemmConfig::kWide;
   }
-  // fp8: wide from 128 rows per expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us
-  // in run 3, 5341 vs 5389 in run 2), qwen3-235b-a22b / qwen3-30b-a3b 4096 (256 rows: 2023 vs
-  // 2133 and 761 vs 776 us), mixtral-8x7b 2048 (512 rows: 1808 vs 1936 us; session 3, 2026-12-01,
-  // bench/results/layer_20261201_fp8_wide_vs_narrow.json), from 1024 (run 2); narrow below
-  // (16 rows per expert: run 2).
+  if (r < 32) return GroupedGemmConfig::kWgmma;
+  // fp8, CUTLASS (runs 2 and 3): swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512
+  // tokens: 578 vs 670 us narrow) and loses with many experts at the same rows per expert
+  // (deepseek-v3 4096, kimi-k2, qwen3-235b), so it is limited to E <= 16 (measured at E = 8;
+  // 96..255 brackets the measured 128 between the measured 16 and 1024). Wide from 128 rows per
+  // expert: deepseek-v3 4096 (128 rows: wide 5251 vs narrow 5500 us in run 3, 5341 vs 5389 in
+  // run 2), qwen3-235b-a22b / qwen3-30b-a3b 4096 (256 rows: 2023 vs 2133 and 761 vs 776 us),
+  // mixtral-8x7b 2048 (512 rows: 1808 vs 1936 us;
+  // bench/results/layer_20261201_fp8_wide_vs_narrow.json), from 1024 (run 2); narrow below.
+  if (num_experts <= 16 && r >= 96 && r < 256) return GroupedGemmConfig::kSwapWide;
   return r >= 128 ? GroupedGemmConfig::kWide : GroupedGemmConfig::kNarrow;
 }
 
@@ -130,6 +138,9 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kNarrow: return {detail::bf16_narrow_grouped_gemm_workspace_bytes, detail::bf16_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::bf16_swap_wide_grouped_gemm_workspace_bytes, detail::bf16_swap_wide_grouped_gemm_run};
       case C::kDecode: return {detail::bf16_decode_grouped_gemm_workspace_bytes, detail::bf16_decode_grouped_gemm_run};
+      case C::kWgmma:
+        return {detail::bf16_wgmma_grouped_gemm_workspace_bytes,
+                detail::bf16_wgmma_grouped_gemm_run};
       case C::kAuto: break;
     }
   } else {
@@ -137,6 +148,9 @@ Launcher launcher(GroupedGemmType t, GroupedGemmConfig c) {
       case C::kWide: return {detail::fp8_block_wide_grouped_gemm_workspace_bytes, detail::fp8_block_wide_grouped_gemm_run};
       case C::kNarrow: return {detail::fp8_block_narrow_grouped_gemm_workspace_bytes, detail::fp8_block_narrow_grouped_gemm_run};
       case C::kSwapWide: return {detail::fp8_block_swap_wide_grouped_gemm_workspace_bytes, detail::fp8_block_swap_wide_grouped_gemm_run};
+      case C::kWgmma:
+        return {detail::fp8_block_wgmma_grouped_gemm_workspace_bytes,
+                detail::fp8_block_wgmma_grouped_gemm_run};
       case C::kDecode:
       case C::kAuto: break;
     }
@@ -153,7 +167,7 @@ std::size_t grouped_gemm_workspace_bytes(GroupedGemmType t, int num_experts) {
   std::size_t bytes = 0;
 #if MOEKIT_WITH_CUTLASS
   for (auto c : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
-                 GroupedGemmConfig::kDecode}) {
+                 GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma}) {
     const Launcher l = launcher(t, c);
     if (l.workspace_bytes != nullptr) bytes = std::max(bytes, l.workspace_bytes(num_experts));
   }
@@ -227,8 +241,10 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
   if (config != GroupedGemmConfig::kDecode) {
     MOEKIT_CHECK_ARG(a.row_index == nullptr, "row_index", "null unless the config is decode",
                      grouped_gemm_config_name(config));
-    MOEKIT_CHECK_ARG(a.gated == nullptr, "gated", "null unless the config is decode",
-                     grouped_gemm_config_name(config));
+    const bool gated_ok = config == GroupedGemmConfig::kWgmma && !fp8;
+    MOEKIT_CHECK_ARG(a.gated == nullptr || gated_ok, "gated",
+                     "null unless the config is decode (or wgmma for bf16)",
+                     grouped_gemm_type_name(t) + " " + grouped_gemm_config_name(config));
     MOEKIT_CHECK_ARG(a.routing.topk_ids == nullptr, "routing.topk_ids",
                      "null unless the config is decode", grouped_gemm_config_name(config));
   }

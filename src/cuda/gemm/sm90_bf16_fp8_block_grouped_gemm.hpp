@@ -26,6 +26,13 @@ void bf16_swap_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t bf16_decode_grouped_gemm_workspace_bytes(int num_experts);
 void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args);
 
+// Not CUTLASS: the wgmma grouped GEMM (sm90_bf16_fp8_wgmma_grouped_gemm.cuh), one TU per type;
+// no workspace.
+std::size_t bf16_wgmma_grouped_gemm_workspace_bytes(int num_experts);
+void bf16_wgmma_grouped_gemm_run(const GroupedGemmArgs& args);
+std::size_t fp8_block_wgmma_grouped_gemm_workspace_bytes(int num_experts);
+void fp8_block_wgmma_grouped_gemm_run(const GroupedGemmArgs& args);
+
 std::size_t fp8_block_wide_grouped_gemm_workspace_bytes(int num_experts);
 void fp8_block_wide_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t fp8_block_narrow_grouped_gemm_workspace_bytes(int num_experts);

@@ -32,8 +32,9 @@ __device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) 
 }
 
 // The ring in shared memory: kStages slots of kStageBytes from `ring` (1024-aligned: the swizzle
-// atom), then per slot a full mbarrier (count 1: the producer's arrive.expect_tx) and an empty one
-// (one arrival per consumer warp). kBytes in all.
+// atom), then per slot a full mbarrier (count full_arrivals: the producer's arrive.expect_tx, and
+// any other producer threads that fill part of the slot) and an empty one (one arrival per
+// consumer warp). kBytes in all.
 template <int kStages, int kStageBytes>
 struct WgmmaRing {
   static constexpr int kBytes = kStages * (kStageBytes + 16);
@@ -44,9 +45,9 @@ struct WgmmaRing {
   __device__ std::uint32_t full(std::uint32_t s) const { return bars + 8 * s; }
   __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (kStages + s); }
   // One thread, before the CTA barrier that publishes the barriers to the others.
-  __device__ void init(int consumer_warps) const {
+  __device__ void init(int consumer_warps, int full_arrivals = 1) const {
     for (int s = 0; s < kStages; ++s) {
-      cuda::sm90::mbar_init(full(s), 1);
+      cuda::sm90::mbar_init(full(s), full_arrivals);
       cuda::sm90::mbar_init(empty(s), consumer_warps);
     }
     cuda::sm90::fence_mbar_init();
@@ -80,7 +81,7 @@ struct WgmmaStageCursor {
 
 // The producer warpgroup's part (every thread of it calls this; `issuer` is one of them): gives
 // registers up to the consumers (kProducerRegs > 0: setmaxnreg), then the issuer prefetches the
-// launch's four tensor maps (Maps: members a, a_narrow, codes, scales) and issues every stage of
+// launch's tensor maps (Maps: CUtensorMap members only) and issues every stage of
 // the CTA's units in order, issue_stage(cursor) per stage (it waits for the slot, issues the
 // copies, advances the cursor).
 template <int kTokens, int kStages, int kProducerRegs, typename Maps, typename IssueStage>
@@ -89,10 +90,11 @@ __device__ __forceinline__ void run_wgmma_producer(bool issuer, const Maps& maps
                                                    int cta_row_tiles, IssueStage&& issue_stage) {
   if constexpr (kProducerRegs > 0) setmaxnreg_dec<kProducerRegs>();
   if (!issuer) return;
-  cuda::sm90::tma_prefetch_map(&maps.a);
-  cuda::sm90::tma_prefetch_map(&maps.a_narrow);
-  cuda::sm90::tma_prefetch_map(&maps.codes);
-  cuda::sm90::tma_prefetch_map(&maps.scales);
+  static_assert(sizeof(Maps) % sizeof(CUtensorMap) == 0, "Maps: CUtensorMap members only");
+  const CUtensorMap* map = reinterpret_cast<const CUtensorMap*>(&maps);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Maps) / sizeof(CUtensorMap)); ++i)
+    cuda::sm90::tma_prefetch_map(map + i);
   WgmmaStageCursor<kTokens, kStages> cursor{
       static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
   cursor.next_unit(p, tile_start);

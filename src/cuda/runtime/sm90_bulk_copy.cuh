@@ -64,6 +64,24 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
+// The same for a 3-D / 5-D map (coordinates innermost first).
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                            int z, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const CUtensorMap* map, int c0,
+                                            int c1, int c2, int c3, int c4, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(bar)
+      : "memory");
+}
 // Fetches a tensor map into the descriptor cache ahead of its first use.
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");

@@ -22,4 +22,13 @@ CUtensorMap encode_tensor_map_2d(const char* what, CUtensorMapDataType type, con
                                  std::uint32_t box_outer, CUtensorMapSwizzle swizzle,
                                  CUtensorMapL2promotion l2_promotion);
 
+// A tensor of `rank` (2..5) dimensions: dims[0] elements contiguous, dimension i >= 1 with
+// strides_bytes[i - 1] (multiples of 16, in any order: a map may walk the memory in a permuted
+// order), loaded in boxes of box[0..rank) elements (smem order: box[0] fastest). Out-of-bounds
+// elements read as zero; errors as encode_tensor_map_2d's.
+CUtensorMap encode_tensor_map(const char* what, CUtensorMapDataType type, const void* base,
+                              int rank, const std::uint64_t* dims,
+                              const std::uint64_t* strides_bytes, const std::uint32_t* box,
+                              CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2_promotion);
+
 }  // namespace moekit::cuda

@@ -372,28 +372,9 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
       act.swiglu_alpha = 1.702f;
       act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
       act.bias = d_bias.get();
-      std::vector<double> ref, got;
-      for (int e = 0; e < E; ++e)
-        for (int r = off[e]; r < off[e + 1]; ++r)
-          for (int c = 0; c < I; ++c) {
-            double g = bias[static_cast<std::size_t>(e) * N + c],
-                   u = bias[static_cast<std::size_t>(e) * N + I + c];
-            const float* xr =
-                x.data() + static_cast<std::size_t>(row_index[static_cast<std::size_t>(r)]) * K;
-            const float* wg = w.data() + (static_cast<std::size_t>(e) * N + c) * K;
-            const float* wu = w.data() + (static_cast<std::size_t>(e) * N + I + c) * K;
-            for (int q = 0; q < K; ++q) {
-              g += static_cast<double>(xr[q]) * wg[q];
-              u += static_cast<double>(xr[q]) * wu[q];
-            }
-            if (kind == Activation::kSiluAndMul) {
-              ref.push_back(g / (1.0 + std::exp(-g)) * u);
-            } else {
-              g = std::min(g, 1.5);
-              u = std::clamp(u, -1.5, 1.5);
-              ref.push_back(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
-            }
-          }
+      const std::vector<double> ref = gated_grouped_reference(
+          x, w, bias, off, row_index, N, K, kind == Activation::kSwigluOai, 1.702, 1.5);
+      std::vector<double> got;
       std::vector<std::uint16_t> first;
       for (const bool pdl : {false, false, true}) {
         DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);

@@ -128,6 +128,41 @@ inline std::vector<double> grouped_reference(const std::vector<float>& a,
   return d;
 }
 
+// GEMM1 with its gated activation in float64: for every row r of expert e (off), over columns c
+// of I = n / 2: g = bias[e, c] + x[src(r)] . w[e, c], u = bias[e, I + c] + x[src(r)] . w[e, I + c]
+// (src(r) = row_index[r], or r when row_index is empty), then SiLU(g) * u, or with swiglu the
+// SwiGLU-OAI of gpt-oss (g clamped above at limit, u to [-limit, limit], g * sigmoid(alpha g) *
+// (u + 1)). Rows in order, [rows used, I].
+inline std::vector<double> gated_grouped_reference(
+    const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+    const std::vector<std::int32_t>& off, const std::vector<std::int32_t>& row_index, int n, int k,
+    bool swiglu, double alpha, double limit) {
+  const int E = static_cast<int>(off.size()) - 1, I = n / 2;
+  std::vector<double> ref;
+  for (int e = 0; e < E; ++e)
+    for (int r = off[e]; r < off[e + 1]; ++r)
+      for (int c = 0; c < I; ++c) {
+        double g = bias[static_cast<std::size_t>(e) * n + c],
+               u = bias[static_cast<std::size_t>(e) * n + I + c];
+        const int src = row_index.empty() ? r : row_index[static_cast<std::size_t>(r)];
+        const float* xr = x.data() + static_cast<std::size_t>(src) * k;
+        const float* wg = w.data() + (static_cast<std::size_t>(e) * n + c) * k;
+        const float* wu = w.data() + (static_cast<std::size_t>(e) * n + I + c) * k;
+        for (int q = 0; q < k; ++q) {
+          g += static_cast<double>(xr[q]) * wg[q];
+          u += static_cast<double>(xr[q]) * wu[q];
+        }
+        if (!swiglu) {
+          ref.push_back(g / (1.0 + std::exp(-g)) * u);
+        } else {
+          g = std::min(g, limit);
+          u = std::clamp(u, -limit, limit);
+          ref.push_back(g / (1.0 + std::exp(-alpha * g)) * (u + 1.0));
+        }
+      }
+  return ref;
+}
+
 // Block-quantizes W [E, N, K] to e4m3 with 128x128 scales [E, ceil(N/128), K/128]; returns the
 // codes, the scales and the dequantized values (what the kernel multiplies).
 struct BlockQuantized {

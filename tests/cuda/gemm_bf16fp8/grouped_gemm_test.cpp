@@ -3,14 +3,17 @@
 // relative error; fp32 accumulation adds far less. Bound 5e-3 for both (the fp8 reference uses the
 // dequantized operands, so quantization error is not counted). Rows past expert_offsets[E] must
 // keep their poison; rows below must all be written (finite).
+#include "moekit/gemm/grouped_gemm.hpp"
+
 #include <gmock/gmock.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda/gemm_bf16fp8/gemm_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
 
 namespace moekit {
 namespace {
@@ -128,8 +131,9 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
 // Every kernel config built for the type on the same case.
 void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
   using gemm::GroupedGemmConfig;
-  for (auto config : {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
-                      GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode})
+  for (auto config :
+       {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
+        GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma})
     if (gemm::grouped_gemm_config_built(t, config)) run_case_config(t, config, c, seed);
 }
 
@@ -178,6 +182,137 @@ TEST_P(GroupedGemm, MultiTileGrid) {
   MOEKIT_REQUIRE_GPU();
   // Several M and N tiles per expert and more tiles than SMs in total.
   run_case(GetParam(), {{300, 257, 511, 140}, 1024, 1024, 0}, test_seed());
+}
+
+// MOEKIT_WGMMA_GEMM_TILE=<tile> for the scope (the wgmma config's tile override), restored after.
+class ScopedWgmmaTile {
+ public:
+  explicit ScopedWgmmaTile(const char* tile) {
+    if (const char* old = std::getenv(kName)) old_ = old, had_ = true;
+    setenv(kName, tile, 1);
+  }
+  ~ScopedWgmmaTile() {
+    if (had_) {
+      setenv(kName, old_.c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "MOEKIT_WGMMA_GEMM_TILE";
+  std::string old_;
+  bool had_ = false;
+};
+
+// Every tile of the wgmma config: experts of 0, 1, 31 (a narrow tail), 33, 145 (144 + 1), 160,
+// 161, 300 rows; N = 264 (N % 16 == 8: row g + 8 of the last 16-row tile past N; a partial CTA
+// tile of 128 and 256 weight rows); strided A and D. bf16 also with a K tail (K = 200: the last
+// 64-wide stage is partly out of bounds, zeros).
+TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
+  MOEKIT_REQUIRE_GPU();
+  const auto t = GetParam();
+  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const std::uint64_t seed = test_seed();
+  for (const char* tile : {"128n", "144n", "160", "160r256", "256n"}) {
+    const std::string name(tile);
+    if (fp8 && (name == "160r256" || name == "256n")) continue;
+    SCOPED_TRACE(tile);
+    ScopedWgmmaTile scoped(tile);
+    run_case_config(t, gemm::GroupedGemmConfig::kWgmma,
+                    {{0, 1, 31, 33, 145, 160, 161, 300}, 264, 384, 5, 128, 16}, seed);
+    if (!fp8)
+      run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{7, 0, 150, 33}, 128, 200, 0}, seed);
+  }
+}
+
+// The bf16 wgmma config's fused GEMM1 (GroupedGemmArgs::gated, rows gathered beforehand): gate |
+// up halves (N = 2I, I = 136: a partial third 128-row CTA tile of 8 + 8 row pairs), a per-expert
+// bias, SiLU-and-mul and SwiGLU-OAI (clamps binding) in the epilogue, K = 328 (a K tail), every
+// tile. Against float64: rel L2 < 5e-3 (bf16 output rounding ~1.1e-3 RMS, fp32 sums, __expf); rows
+// past offsets[E] keep their poison; a repeated launch gives the same bits. fp8 refuses gated.
+TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const std::vector<int> counts = {3, 0, 150, 33, 161};
+  const int E = static_cast<int>(counts.size()), I = 136, N = 2 * I, K = 328;
+  const auto off = offsets_of(counts);
+  const int used = off[E], rows = used + 3;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<std::uint16_t> x_bits(static_cast<std::size_t>(rows) * K),
+      w_bits(static_cast<std::size_t>(E) * N * K);
+  std::vector<float> x(x_bits.size()), w(w_bits.size()), bias(static_cast<std::size_t>(E) * N);
+  const float w_scale = 2.0f / std::sqrt(static_cast<float>(K));  // keeps h ~ N(0, 4)
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = bf16_to_float(x_bits[i] = float_to_bf16(dist(rng)));
+  for (std::size_t i = 0; i < w.size(); ++i)
+    w[i] = bf16_to_float(w_bits[i] = float_to_bf16(dist(rng) * w_scale));
+  for (auto& b : bias) b = dist(rng);
+  DeviceArray<std::uint16_t> d_x(x_bits), d_w(w_bits);
+  DeviceArray<float> d_bias(bias);
+  DeviceArray<std::int32_t> d_off(off);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
+  DeviceArray<std::uint8_t> d_ws(ws);
+  for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
+    SCOPED_TRACE(std::string(activation_name(kind)));
+    gemm::GatedActivationArgs act;
+    act.kind = kind;
+    act.swiglu_alpha = 1.702f;
+    act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
+    act.bias = d_bias.get();
+    const std::vector<double> ref = gated_grouped_reference(
+        x, w, bias, off, {}, N, K, kind == Activation::kSwigluOai, 1.702, 1.5);
+    for (const char* tile : {"128n", "144n", "160", "160r256", "256n"}) {
+      SCOPED_TRACE(tile);
+      ScopedWgmmaTile scoped(tile);
+      std::vector<std::uint16_t> first;
+      for (int run = 0; run < 2; ++run) {
+        DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
+        MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
+        GroupedGemmArgs a;
+        a.num_experts = E, a.n = N, a.k = K, a.max_rows = rows;
+        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d.get();
+        a.gated = &act;
+        a.workspace = d_ws.get(), a.workspace_bytes = ws;
+        a.config = gemm::GroupedGemmConfig::kWgmma;
+        gemm::grouped_gemm(GroupedGemmType::kBF16, a);
+        MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
+        const auto bits = d.download();
+        if (run == 0) {
+          first = bits;
+          std::vector<double> got;
+          for (std::size_t i = 0; i < ref.size(); ++i) got.push_back(bf16_to_float(bits[i]));
+          const double err = rel_l2(got, ref);
+          EXPECT_LT(err, 5e-3) << "rel L2 " << err;
+          int clobbered = 0;
+          for (std::size_t i = ref.size(); i < bits.size(); ++i) clobbered += bits[i] != kPoison;
+          EXPECT_EQ(clobbered, 0) << "rows past offsets[E] written";
+        } else {
+          EXPECT_TRUE(bits == first) << "repeated run differs";
+        }
+      }
+    }
+  }
+  // fp8 has no gated epilogue: an error naming the argument and the config.
+  GroupedGemmArgs a;
+  a.num_experts = E, a.n = N, a.k = 384, a.max_rows = rows;
+  a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d_x.get();
+  a.a_scales = d_bias.get(), a.b_scales = d_bias.get();
+  gemm::GatedActivationArgs act;
+  a.gated = &act;
+  const std::size_t ws8 = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kFP8Block128, E);
+  DeviceArray<std::uint8_t> d_ws8(ws8);
+  a.workspace = d_ws8.get(), a.workspace_bytes = ws8;
+  a.config = gemm::GroupedGemmConfig::kWgmma;
+  try {
+    gemm::grouped_gemm(GroupedGemmType::kFP8Block128, a);
+    ADD_FAILURE() << "no error for gated fp8";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("gated: expected"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("fp8_block wgmma"));
+  }
 }
 
 // The per-expert problem sizes come from device memory: a captured graph replayed after the
@@ -303,38 +438,39 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   const auto bf16 = GroupedGemmType::kBF16, fp8 = GroupedGemmType::kFP8Block128;
   const auto a = GroupedGemmConfig::kAuto, wide = GroupedGemmConfig::kWide,
              narrow = GroupedGemmConfig::kNarrow, swap = GroupedGemmConfig::kSwapWide,
-             decode = GroupedGemmConfig::kDecode;
+             decode = GroupedGemmConfig::kDecode, wgmma = GroupedGemmConfig::kWgmma;
   auto pick = [&](GroupedGemmType t, int e, std::int64_t rows) {
     return gemm::resolve_grouped_gemm_config(t, a, e, rows);
   };
-  // (E, max_rows) of the benchmark presets at 1 / 64 / 512 / 4096 tokens.
+  // (E, max_rows) of the benchmark presets at 1 .. 4096 tokens.
   EXPECT_EQ(pick(bf16, 8, 2), decode);        // mixtral-8x7b, 1 token
-  EXPECT_EQ(pick(fp8, 8, 2), narrow);
-  EXPECT_EQ(pick(bf16, 8, 32), decode);       // 16 tokens (E <= 128: decode up to 32 rows)
-  EXPECT_EQ(pick(bf16, 8, 64), narrow);       // 32 tokens
-  EXPECT_EQ(pick(bf16, 8, 128), narrow);      // 64 tokens: 16 rows per expert
-  EXPECT_EQ(pick(fp8, 8, 128), narrow);
-  EXPECT_EQ(pick(bf16, 128, 32), decode);     // qwen3-235b-a22b, 4 tokens
-  EXPECT_EQ(pick(bf16, 128, 64), narrow);     // 8 tokens
-  EXPECT_EQ(pick(bf16, 8, 1024), swap);       // 512 tokens: 128 rows per expert
+  EXPECT_EQ(pick(bf16, 8, 8), decode);        // 4 tokens (E <= 16: decode up to 8 rows)
+  EXPECT_EQ(pick(fp8, 8, 2), wgmma);          // no fp8 decode kernel
+  EXPECT_EQ(pick(bf16, 8, 16), wgmma);        // 8 tokens
+  EXPECT_EQ(pick(bf16, 8, 128), wgmma);       // 64 tokens: 16 rows per expert
+  EXPECT_EQ(pick(fp8, 8, 128), wgmma);
+  EXPECT_EQ(pick(bf16, 8, 1024), wgmma);  // 512 tokens: 128 rows per expert
   EXPECT_EQ(pick(fp8, 8, 1024), swap);
   EXPECT_EQ(pick(bf16, 8, 8192), wide);       // 4096 tokens: 1024 rows per expert
   EXPECT_EQ(pick(fp8, 8, 8192), wide);
-  EXPECT_EQ(pick(bf16, 256, 32768), wide);    // deepseek-v3, 4096 tokens: 128 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 32768), wide);
-  EXPECT_EQ(pick(bf16, 256, 4096), narrow);   // 512 tokens: 16 rows per expert
-  EXPECT_EQ(pick(bf16, 256, 8), decode);      // 1 token
-  EXPECT_EQ(pick(bf16, 256, 16), decode);     // 2 tokens
-  EXPECT_EQ(pick(bf16, 256, 32), narrow);     // 4 tokens (E > 128: decode up to 16 rows)
-  EXPECT_EQ(pick(fp8, 256, 8), narrow);       // no fp8 decode kernel
-  EXPECT_EQ(pick(fp8, 384, 32768), narrow);   // kimi-k2, 4096 tokens: 85 rows per expert
-  EXPECT_EQ(pick(bf16, 384, 32768), wide);
-  EXPECT_EQ(pick(bf16, 128, 32768), wide);    // qwen3-235b, 4096 tokens: 256 rows per expert
+  EXPECT_EQ(pick(bf16, 128, 8), wgmma);     // qwen3-235b-a22b, 1 token
+  EXPECT_EQ(pick(bf16, 128, 32), wgmma);    // 4 tokens
+  EXPECT_EQ(pick(fp8, 128, 4096), narrow);  // 512 tokens: 32 rows per expert
+  EXPECT_EQ(pick(bf16, 128, 4096), wgmma);
+  EXPECT_EQ(pick(bf16, 128, 32768), wide);  // 4096 tokens: 256 rows per expert
   EXPECT_EQ(pick(fp8, 128, 32768), wide);
-  EXPECT_EQ(pick(fp8, 8, 0), narrow);         // no rows
-  EXPECT_EQ(pick(bf16, 8, 2048), wide);       // 256 rows per expert: past the swap_wide range
+  EXPECT_EQ(pick(bf16, 256, 8), wgmma);  // deepseek-v3, 1 token
+  EXPECT_EQ(pick(fp8, 256, 8), wgmma);
+  EXPECT_EQ(pick(bf16, 256, 4096), wgmma);  // 512 tokens: 16 rows per expert
+  EXPECT_EQ(pick(fp8, 256, 4096), wgmma);
+  EXPECT_EQ(pick(bf16, 256, 32768), wgmma);  // 4096 tokens: 128 rows per expert
+  EXPECT_EQ(pick(fp8, 256, 32768), wide);
+  EXPECT_EQ(pick(bf16, 384, 32768), wide);  // kimi-k2, 4096 tokens: 85 rows per expert
+  EXPECT_EQ(pick(fp8, 384, 32768), narrow);
+  EXPECT_EQ(pick(fp8, 8, 0), wgmma);     // no rows
+  EXPECT_EQ(pick(bf16, 8, 2048), wide);  // 256 rows per expert: past the wgmma range
   EXPECT_EQ(pick(fp8, 8, 2048), wide);
-  EXPECT_EQ(pick(bf16, 17, 17 * 128), wide);  // 17 experts: no swap
+  EXPECT_EQ(pick(bf16, 17, 17 * 128), wgmma);  // 17 experts: no swap
   EXPECT_EQ(pick(fp8, 17, 17 * 128), wide);
   EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);  // forced
   EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, swap, 256, 2), swap);
@@ -348,8 +484,9 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
 
 TEST(GroupedGemmConfig, NamesRoundTripAndBadNamesAreNamed) {
   using gemm::GroupedGemmConfig;
-  for (auto c : {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
-                 GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode})
+  for (auto c :
+       {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
+        GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma})
     EXPECT_EQ(gemm::parse_grouped_gemm_config(gemm::grouped_gemm_config_name(c), "cfg"), c);
   try {
     gemm::parse_grouped_gemm_config("widest", "MOEKIT_GROUPED_GEMM_CONFIG");

@@ -1,0 +1,581 @@
+// SM90 grouped GEMM for bf16 and fp8-block experts on warpgroup MMA with both operands in shared
+// memory (GroupedGemmConfig::kWgmma; launcher: sm90_bf16_fp8_wgmma_grouped_gemm.cu, design and
+// measurements: docs/kernels/bf16_fp8.md "wgmma config"). Hand-written for many rows per expert
+// (prefill), on the warp-specialized ring of the 4-bit wgmma kernels (sm90_wgmma_pipeline.cuh).
+//
+// Swap-AB: the weights are the MMA's M side (CTA tile = kRows weight rows: 2 consumer warpgroups
+// x kMTiles x m64), an expert's rows its N side (token tiles of kTokens, an expert's short last
+// tile optionally on a 32-wide wgmma). A stage holds 128 bytes of K per row of both operands (bf16
+// 64, e4m3 128 elements), each loaded by one TMA box with the 128-byte swizzle straight into its
+// wgmma slot, on the slot's full mbarrier:
+//   activations: [rows][k] in expert order (gathered beforehand), box 128 B x kTokens rows;
+//   weights [E][N][K] (the checkpoint layout, read in place):
+//     plain:  a 3-D map (k, n, expert), box 128 B x kRows rows;
+//     gated (bf16 GEMM1 with the activation in the epilogue, N = 2I, gate | up halves): a 5-D map
+//       (k, row in 8, half, 8-row group, expert) whose box puts 8 gate rows then the same 8 up rows
+//       in each 16-row tile, so lane (g, t) holds gate row 8 rt + g and up row I + 8 rt + g of one
+//       output column.
+// Out-of-bounds box elements are zeros (K tails, rows past N or past the activations).
+//
+// One producer thread issues every stage of the CTA's units into the ring (across units); for fp8
+// one more producer warp writes each stage's scale products into the slot: s[j] = sa[row j, kb] *
+// sb[e, row block, kb] for the stage's kb = the stage index (its 32 lanes arrive on the full
+// mbarrier after their stores). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
+//   bf16: commit, retire the previous stage (wait 1) and release its slot; the accumulators carry
+//     across the whole K;
+//   fp8: commit, wait 0 (DeepGEMM's promotion every 128 K: the tensor core's e4m3 sums keep ~14
+//     bits), read the stage's scale products, release the slot, tot += acc * s[column].
+// The epilogue (store_unit) stages the bf16 output tile transposed (stmatrix) in the unit's last
+// slot and writes it in 16-byte row pieces: plain, or for gated GEMM1 act(gate + bias, up + bias)
+// with the per-expert bias (rows below the expert's end, columns below N).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "cuda/activation/gated_math.cuh"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/current_device.hpp"
+#include "cuda/runtime/sm90_bulk_copy.cuh"
+#include "cuda/runtime/sm90_tensor_map.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/gemm/grouped_gemm.hpp"
+#include "sm90_w4a16_grouped_gemm.cuh"
+#include "sm90_w4a16_wgmma_ops.cuh"
+#include "sm90_wgmma_pipeline.cuh"
+#include "sm90_wgmma_ss_ops.cuh"
+
+namespace moekit::gemm::sm90_wgmma {
+
+using cuda::sm90::tma_load_2d;
+using cuda::sm90::tma_load_3d;
+using cuda::sm90::tma_load_5d;
+using sm90_w4a16::fence_operand;
+using sm90_w4a16::grouped_units_bound;
+using sm90_w4a16::lds128;
+using sm90_w4a16::mbar_arrive_expect_tx;
+using sm90_w4a16::mbar_wait;
+using sm90_w4a16::Params;
+using sm90_w4a16::prefix_token_tiles;
+using sm90_w4a16::release_slot;
+using sm90_w4a16::run_wgmma_producer;
+using sm90_w4a16::setmaxnreg_dec;
+using sm90_w4a16::setmaxnreg_inc;
+using sm90_w4a16::smem_addr;
+using sm90_w4a16::smem_desc_k_major_sw128;
+using sm90_w4a16::wgmma_commit;
+using sm90_w4a16::wgmma_fence;
+using sm90_w4a16::wgmma_unit_at;
+using sm90_w4a16::wgmma_wait;
+using sm90_w4a16::WgmmaRing;
+using sm90_w4a16::WgmmaStageCursor;
+using sm90_w4a16::WgmmaUnit;
+
+struct WgmmaGemmParams {
+  Params p;               // expert_offsets, out / ldo, bias (gated), n, k, num_experts, swiglu
+  const float* a_scales;  // fp8: [rows][k / 128] (the gathered activations' 1x128 scales)
+  const float* b_scales;  // fp8: [E][ceil(n / 128)][k / 128]
+};
+
+// The TMA descriptors of one launch (encoded by the launcher). a / a_narrow: the activations,
+// boxes 128 B x kTokens / x kNarrow rows; w: the weights (3-D plain or 5-D gated, above).
+struct WgmmaGemmMaps {
+  CUtensorMap a, a_narrow, w;
+};
+
+// kFp8: e4m3 x e4m3 with the DeepSeek-V3 block scales (else bf16). kTokens: the token tile (wgmma
+// N). kMTiles: m64 tiles per consumer warpgroup (weight rows per CTA = 128 kMTiles; fp8: 1, its
+// promotion keeps a second accumulator set). kNarrowTails: token tiles of at most 32 rows run a
+// 32-wide wgmma.
+template <bool kFp8_, int kTokens_, int kMTiles_, bool kNarrowTails_>
+struct WgmmaGemmConfig {
+  static constexpr bool kFp8 = kFp8_, kNarrowTails = kNarrowTails_;
+  using Elem = std::conditional_t<kFp8, WgmmaE4m3, WgmmaBf16>;
+  static constexpr int kTokens = kTokens_, kMTiles = kMTiles_, kNarrow = 32;
+  static constexpr int kThreads = 384, kConsumers = 256;  // + the producer warpgroup
+  static constexpr int kRows = 128 * kMTiles;
+  static constexpr int kStageK = kFp8 ? 128 : 64;  // elements: 128 bytes per row
+  // setmaxnreg: the consumers get what the producer warpgroup gives up (x 128 + y x 256 <= 64 K;
+  // fp8: the scale warp keeps two stages of scales and two cursors).
+  static constexpr int kProducerRegs = kFp8 ? 56 : 40, kConsumerRegs = kFp8 ? 224 : 232;
+  // Stage slot: the activations (kTokens rows x 128 B), the weights (kRows x 128 B), fp8: the
+  // kTokens scale products (f32); 1024-aligned (the swizzle atom).
+  static constexpr int kWOffset = kTokens * 128;
+  static constexpr int kScalesOffset = kWOffset + kRows * 128;
+  static constexpr int kStageBytes =
+      (kScalesOffset + (kFp8 ? kTokens * 4 : 0) + 1023) / 1024 * 1024;
+  // As many stages as fit next to the expert prefix of up to 512 experts (at most 8).
+  static constexpr int kSmemBudget = 227 * 1024 - 1024 - 2176;
+  static constexpr int kStages = std::min(8, kSmemBudget / (kStageBytes + 16));
+  static constexpr int kFullArrivals = kFp8 ? 1 + 32 : 1;  // the TMA issuer (+ the scale warp)
+  static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
+  static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
+  static_assert(kStages >= 3, "ring");
+  __host__ __device__ static int offsets_bytes(int num_experts) {
+    return ((num_experts + 1) * 4 + 127) / 128 * 128;
+  }
+  static int smem_bytes(int num_experts) {
+    return offsets_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
+  }
+};
+
+template <typename Cfg>
+using WgmmaGemmSmem = WgmmaRing<Cfg::kStages, Cfg::kStageBytes>;
+
+__device__ __forceinline__ float2 lds_f2(std::uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts_f32(std::uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+// Transposing stores of 8x8 b16 matrices: register q of lane l is row l / 4, columns 2 (l % 4)
+// + {0, 1} of matrix q; lane 8 q + j gives the shared address of row j of matrix q's transpose
+// (16 bytes: column j of the matrix).
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, std::uint32_t r0,
+                                                  std::uint32_t r1, std::uint32_t r2,
+                                                  std::uint32_t r3) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
+}
+__device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint32_t r0,
+                                                  std::uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr),
+               "r"(r0), "r"(r1)
+               : "memory");
+}
+// The 256 consumer threads only (named barrier 1; the producer warpgroup never joins it).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+// The epilogue of a unit, staged through its last stage slot (both consumer warpgroups are done
+// with it: the caller synchronized them): the bf16 output tile [tokens][the CTA tile's columns]
+// (plain: kRows columns, one per weight row; gated: kRows / 2, act(gate + bias, up + bias) of the
+// row pairs) is written transposed by stmatrix, in passes of as many 8-token blocks as the slot
+// holds, then copied out in 16-byte row pieces (rows below the expert's end, columns below N).
+// Rows of the staging buffer are kOutCols * 2 bytes; their 16-byte chunks are XOR-swizzled by
+// the token (conflict-free for the stmatrix rows and the row-wise reads).
+template <typename Cfg, int kN, int kEpi, typename Acc>
+__device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std::uint32_t stage,
+                                           const WgmmaUnit& un) {
+  constexpr bool kGated = kEpi != 0;
+  constexpr int kOutCols = kGated ? Cfg::kRows / 2 : Cfg::kRows;
+  constexpr int kRowBytes = kOutCols * 2, kChunks = kRowBytes / 16;
+  constexpr int kPassTokens = std::min(kN, Cfg::kStageBytes / kRowBytes / 16 * 16);
+  static_assert(kPassTokens >= 16 && kChunks >= 8, "staging rows");
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int g = lane / 4, t = lane % 4, q = lane / 8, j = lane % 8;
+  const int out_cols = kGated ? p.n / 2 : p.n;
+  const int col0 = un.cta_rt * kOutCols;
+  const float* bias = kGated && p.bias ? p.bias + static_cast<std::int64_t>(un.e) * p.n : nullptr;
+#pragma unroll
+  for (int pass = 0; pass < (kN + kPassTokens - 1) / kPassTokens; ++pass) {
+    const int tok0 = pass * kPassTokens;
+    if (un.row_begin + tok0 >= un.row_end) break;  // uniform over the consumers
+    if (pass > 0) consumers_sync();                // the previous pass's reads are done
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+      const int tile16 = (wg * Cfg::kMTiles + mt) * 4 + warp % 4;  // of the CTA tile
+      if constexpr (!kGated) {
+        // Matrices (rows g: tile16's low 8 weight rows, g + 8: its high 8) x 8-token blocks i,
+        // i + 1; lane 8 q + j addresses token 8 (i + q / 2) + j, chunk 2 tile16 + q % 2.
+#pragma unroll
+        for (int i = tok0 / 8; i < std::min(kN, tok0 + kPassTokens) / 8; i += 2) {
+          const int tok = 8 * (i + q / 2) + j - tok0, ch = 2 * tile16 + q % 2;
+          stmatrix_x4_trans(stage + tok * kRowBytes + 16 * (ch ^ (tok % 8)),
+                            pack_bf16x2(acc[mt][i][0], acc[mt][i][1]),
+                            pack_bf16x2(acc[mt][i][2], acc[mt][i][3]),
+                            pack_bf16x2(acc[mt][i + 1][0], acc[mt][i + 1][1]),
+                            pack_bf16x2(acc[mt][i + 1][2], acc[mt][i + 1][3]));
+        }
+      } else {
+        // One output column per lane row: 8 columns (col0 + 8 tile16 + g) x 8-token blocks i,
+        // i + 1; lane 8 q + j (q < 2) addresses token 8 (i + q) + j, chunk tile16.
+        const int col = col0 + 8 * tile16 + g;
+        const bool in = col < out_cols;
+        const float bg = in && bias ? bias[col] : 0.0f,
+                    bu = in && bias ? bias[p.n / 2 + col] : 0.0f;
+#pragma unroll
+        for (int i = tok0 / 8; i < std::min(kN, tok0 + kPassTokens) / 8; i += 2) {
+          float v[2][2];
+#pragma unroll
+          for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              v[b][h] = cuda::gated_f32<kEpi>(acc[mt][i + b][h] + bg, acc[mt][i + b][2 + h] + bu,
+                                              p.swiglu_alpha, p.swiglu_limit);
+          const int tok = 8 * (i + q % 2) + j - tok0, ch = tile16;
+          stmatrix_x2_trans(stage + tok * kRowBytes + 16 * (ch ^ (tok % 8)),
+                            pack_bf16x2(v[0][0], v[0][1]), pack_bf16x2(v[1][0], v[1][1]));
+        }
+      }
+    }
+    consumers_sync();  // the pass is staged
+    const int rows = std::min(kPassTokens, kN - tok0);
+    for (int x = tid; x < rows * kChunks; x += Cfg::kConsumers) {
+      const int tok = x / kChunks, ch = x % kChunks;
+      const int row = un.row_begin + tok0 + tok, col = col0 + 8 * ch;
+      if (row >= un.row_end || col >= out_cols) continue;
+      const uint4 v = lds128(stage + tok * kRowBytes + 16 * (ch ^ (tok % 8)));
+      *reinterpret_cast<uint4*>(p.out + static_cast<std::int64_t>(row) * p.ldo + col) = v;
+    }
+  }
+  consumers_sync();  // every read of the slot is done before it is released
+}
+
+// The producer thread's feed: one stage of its CTA's units per call, in the consumers' order.
+template <typename Cfg, bool kGated>
+__device__ __forceinline__ void issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f,
+                                            const Params& p, const WgmmaGemmMaps& maps,
+                                            const int* tile_start, const WgmmaGemmSmem<Cfg>& sm) {
+  f.wait_slot_free(sm.empty(f.slot));
+  const bool narrow = Cfg::kNarrowTails && f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
+  const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
+  const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
+  mbar_arrive_expect_tx(bar, (rows + Cfg::kRows) * 128);
+  const int k0 = f.c * Cfg::kStageK;
+  tma_load_2d(dst, narrow ? &maps.a_narrow : &maps.a, k0, f.un.row_begin, bar);
+  if constexpr (kGated) {
+    tma_load_5d(dst + Cfg::kWOffset, &maps.w, k0, 0, 0, f.un.cta_rt * (Cfg::kRows / 16), f.un.e,
+                bar);
+  } else {
+    tma_load_3d(dst + Cfg::kWOffset, &maps.w, k0, f.un.cta_rt * Cfg::kRows, f.un.e, bar);
+  }
+  f.advance(p, tile_start);
+}
+
+// fp8: the scale warp's feed (all 32 lanes, `lane`): per stage the products of the stage's
+// activation-row scales and the CTA tile's weight-block scale (rows past the expert: 0). The
+// loads run two stages ahead of the stores (their latency would otherwise pace the ring).
+template <typename Cfg>
+struct StageScales {
+  static constexpr int kPerLane = (Cfg::kTokens + 31) / 32;
+  float sa[kPerLane], sb;
+  __device__ void load(const WgmmaGemmParams& wp, const WgmmaUnit& un, int c, int lane) {
+    const int kblocks = wp.p.k / 128, nblocks = (wp.p.n + 127) / 128;
+    sb = wp.b_scales[(static_cast<std::int64_t>(un.e) * nblocks + un.cta_rt) * kblocks + c];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i, row = un.row_begin + j;
+      sa[i] = j < Cfg::kTokens && row < un.row_end
+                  ? wp.a_scales[static_cast<std::int64_t>(row) * kblocks + c]
+                  : 0.0f;
+    }
+  }
+  __device__ void store(std::uint32_t dst, int lane) const {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i;
+      if (j < Cfg::kTokens) sts_f32(dst + 4 * j, sa[i] * sb);
+    }
+  }
+};
+
+template <typename Cfg>
+__device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const int* tile_start,
+                                               const WgmmaGemmSmem<Cfg>& sm, int units, int stages,
+                                               int cta_row_tiles, int lane) {
+  using Cursor = WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>;
+  Cursor f{static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
+  f.next_unit(wp.p, tile_start);
+  Cursor ahead = f;
+  StageScales<Cfg> v[2];
+  for (int b = 0; b < 2 && ahead.u < units; ++b) {
+    v[b].load(wp, ahead.un, ahead.c, lane);
+    ahead.advance(wp.p, tile_start);
+  }
+  // One stage of v[b]: wait for its slot, store, arrive (release: the lane's stores before the
+  // consumers' reads), then load the stage two ahead into v[b].
+  auto step = [&](StageScales<Cfg>& x) {
+    f.wait_slot_free(sm.empty(f.slot));
+    x.store(sm.slot(f.slot) + Cfg::kScalesOffset, lane);
+    mbar_arrive(sm.full(f.slot));
+    f.advance(wp.p, tile_start);
+    if (ahead.u < units) {
+      x.load(wp, ahead.un, ahead.c, lane);
+      ahead.advance(wp.p, tile_start);
+    }
+  };
+  while (f.u < units) {
+    step(v[0]);
+    if (f.u < units) step(v[1]);
+  }
+}
+
+// One unit (expert un.e, CTA row tile un.cta_rt, token tile from un.row_begin) on the consumer
+// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N.
+template <typename Cfg, int kN, int kEpi>
+__device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
+                                                const WgmmaGemmSmem<Cfg>& sm, std::uint32_t seq,
+                                                const WgmmaUnit& un) {
+  using Elem = typename Cfg::Elem;
+  const Params& p = wp.p;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int g = lane / 4, t = lane % 4;
+  const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
+  std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
+
+  // Stage c's MMAs into a (kMTiles m64 tiles; fp8 a fresh chain, bf16 accumulating after c = 0).
+  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c) {
+    const std::uint64_t db = smem_desc_k_major_sw128(slot);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        const std::uint64_t da =
+            smem_desc_k_major_sw128(slot + Cfg::kWOffset + (wg * Cfg::kMTiles + mt) * 64 * 128);
+        const int accumulate = Cfg::kFp8 ? j > 0 : (c > 0 || j > 0);
+        WgmmaSS<Elem, kN>::run(a[mt], da + 2 * j, db + 2 * j, accumulate);
+      }
+    wgmma_commit();
+  };
+  auto fence_acc = [&](float(&a)[Cfg::kMTiles][kN / 8][4]) {
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) fence_operand(a[mt][i][r]);
+  };
+  auto advance = [&] {
+    prev = rd;
+    if (++rd == Cfg::kStages) rd = 0, ph ^= 1;
+  };
+
+  if constexpr (!Cfg::kFp8) {
+    float acc[Cfg::kMTiles][kN / 8][4];
+    for (int c = 0; c < stages; ++c) {
+      mbar_wait(sm.full(rd), ph);
+      issue(acc, sm.slot(rd), c);
+      wgmma_wait<1>();  // stage c - 1 retired: its slot is free
+      if (c > 0) release_slot(sm.empty(prev), lane);
+      advance();
+    }
+    wgmma_wait<0>();
+    fence_acc(acc);
+    // The last stage's slot stages the output tile once both warpgroups are done with it.
+    consumers_sync();
+    store_unit<Cfg, kN, kEpi>(p, acc, sm.slot(prev), un);
+  } else {
+    // tot += acc * s[column], s: the stage's scale products (in its slot).
+    float tot[1][kN / 8][4];
+    auto promote = [&](float(&a)[1][kN / 8][4], std::uint32_t slot, bool first) {
+      fence_acc(a);
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+        const float2 s = lds_f2(slot + Cfg::kScalesOffset + (8 * i + 2 * t) * 4);
+        float* o = tot[0][i];
+        const float* x = a[0][i];
+        if (first) {
+          o[0] = x[0] * s.x, o[1] = x[1] * s.y, o[2] = x[2] * s.x, o[3] = x[3] * s.y;
+        } else {
+          o[0] = fmaf(x[0], s.x, o[0]), o[1] = fmaf(x[1], s.y, o[1]);
+          o[2] = fmaf(x[2], s.x, o[2]), o[3] = fmaf(x[3], s.y, o[3]);
+        }
+      }
+    };
+    // Issue, retire, promote: the other warpgroup's MMAs run during this one's promotion.
+    float acc[1][kN / 8][4];
+    for (int c = 0; c < stages; ++c) {
+      mbar_wait(sm.full(rd), ph);
+      issue(acc, sm.slot(rd), c);
+      wgmma_wait<0>();
+      promote(acc, sm.slot(rd), c == 0);
+      if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
+      advance();
+    }
+    consumers_sync();
+    store_unit<Cfg, kN, kEpi>(p, tot, sm.slot(prev), un);
+  }
+  release_slot(sm.empty(prev), lane);
+}
+
+template <typename Cfg, int kEpi>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    wgmma_grouped_gemm_kernel(const __grid_constant__ WgmmaGemmParams wp,
+                              const __grid_constant__ WgmmaGemmMaps maps) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Params& p = wp.p;
+  int* tile_start = reinterpret_cast<int*>(smem);
+  const std::uint32_t ring = (smem_addr(smem) + Cfg::offsets_bytes(p.num_experts) + 1023) & ~1023u;
+  const WgmmaGemmSmem<Cfg> sm(ring);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  if (tid == 0) sm.init(Cfg::kConsumers / 32, Cfg::kFullArrivals);
+  if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
+  __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers
+
+  const int cta_row_tiles = (p.n + Cfg::kRows - 1) / Cfg::kRows;
+  const int units = tile_start[p.num_experts] * cta_row_tiles;
+  const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
+  if (tid >= Cfg::kConsumers) {  // the producer warpgroup
+    run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
+        tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
+        [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
+          issue_stage<Cfg, kEpi != 0>(f, p, maps, tile_start, sm);
+        });
+    if constexpr (Cfg::kFp8) {
+      if (warp == Cfg::kConsumers / 32 + 1)  // the scale warp
+        run_scale_warp<Cfg>(wp, tile_start, sm, units, stages, cta_row_tiles, lane);
+    }
+    return;
+  }
+  setmaxnreg_inc<Cfg::kConsumerRegs>();
+  std::uint32_t seq = 0;  // stages consumed so far (ring slot / mbarrier phase)
+  for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
+    const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
+    if (!Cfg::kNarrowTails || un.row_end - un.row_begin > Cfg::kNarrow) {
+      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un);
+    } else {
+      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un);
+    }
+  }
+}
+
+// Host: launches the persistent grid (one CTA per SM) for Cfg on `stream`; max_rows: the
+// activations' rows (the units' bound). Returns the CUDA error of the attribute / occupancy
+// calls or the launch.
+template <typename Cfg, int kEpi>
+cudaError_t launch_wgmma_grouped_gemm(const WgmmaGemmParams& wp, const WgmmaGemmMaps& maps,
+                                      std::int64_t max_rows, cudaStream_t stream) {
+  auto kernel = wgmma_grouped_gemm_kernel<Cfg, kEpi>;
+  const int smem = Cfg::smem_bytes(wp.p.num_experts);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  int per_sm = 0, dev = 0, sms = 0;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem)) !=
+      cudaSuccess)
+    return err;
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+    return err;
+  const std::int64_t grid = std::min<std::int64_t>(
+      grouped_units_bound(max_rows, wp.p.num_experts, wp.p.n, Cfg::kTokens, Cfg::kRows),
+      static_cast<std::int64_t>(per_sm) * sms);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(wp, maps);
+  return cudaGetLastError();
+}
+
+// Host: the launch's TMA descriptors for Cfg. The activations [max_rows][k] (row stride lda); the
+// weights [E][n][k] contiguous, plain (3-D) or, gated, with each 16-row tile's 8 gate rows then
+// its 8 up rows (5-D: k, row in 8, half, 8-row group, expert; the strides walk the memory out of
+// order, which the driver takes).
+template <typename Cfg>
+WgmmaGemmMaps wgmma_gemm_maps(const GroupedGemmArgs& args, bool gated) {
+  const CUtensorMapDataType type =
+      Cfg::kFp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const std::uint64_t elem = Cfg::kFp8 ? 1 : 2;
+  const std::uint64_t k = static_cast<std::uint64_t>(args.k),
+                      n = static_cast<std::uint64_t>(args.n);
+  WgmmaGemmMaps m;
+  m.a = cuda::encode_tensor_map_2d("a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
+                                   static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK,
+                                   Cfg::kTokens, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.a_narrow = cuda::encode_tensor_map_2d(
+      "a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
+      static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK, Cfg::kNarrow,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  const std::uint64_t row = k * elem, experts = static_cast<std::uint64_t>(args.num_experts);
+  if (gated) {
+    const std::uint64_t dims[5] = {k, 8, 2, n / 16, experts};
+    const std::uint64_t strides[4] = {row, (n / 2) * row, 8 * row, n * row};
+    const std::uint32_t box[5] = {static_cast<std::uint32_t>(Cfg::kStageK), 8, 2, Cfg::kRows / 16,
+                                  1};
+    m.w = cuda::encode_tensor_map("b", type, args.b, 5, dims, strides, box,
+                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  } else {
+    const std::uint64_t dims[3] = {k, n, experts};
+    const std::uint64_t strides[2] = {row, n * row};
+    const std::uint32_t box[3] = {static_cast<std::uint32_t>(Cfg::kStageK), Cfg::kRows, 1};
+    m.w = cuda::encode_tensor_map("b", type, args.b, 3, dims, strides, box,
+                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  }
+  return m;
+}
+
+// Host: the token tile of a launch: 160 from 96 rows per expert that can hold rows (one tile holds
+// an expert's 128 +- 3 sigma rows at DeepSeek-V3 4096 tokens), else 128 with 32-wide tails. Tile
+// names: "128n", "144n" (n: 32-wide tails), "160", and for bf16 "160r256" (256 weight rows per
+// CTA) and "256n"; MOEKIT_WGMMA_GEMM_TILE=<name> overrides the choice (measurements; results stay
+// exact).
+inline std::string wgmma_tile_name(const GroupedGemmArgs& args, bool fp8) {
+  const std::int64_t holders =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.max_rows));
+  std::string tile = args.max_rows / holders >= 96 ? "160" : "128n";
+  if (const char* env = std::getenv("MOEKIT_WGMMA_GEMM_TILE"); env && *env) {
+    tile = env;
+    MOEKIT_CHECK_ARG(tile == "128n" || tile == "144n" || tile == "160" ||
+                         (!fp8 && (tile == "160r256" || tile == "256n")),
+                     "MOEKIT_WGMMA_GEMM_TILE",
+                     fp8 ? "128n, 144n or 160" : "128n, 144n, 160, 160r256 or 256n", tile);
+  }
+  return tile;
+}
+
+// Host: validates what only this config needs and launches Cfg for the validated `args`
+// (grouped_gemm's checks; gated only for bf16). `where` names the call in errors.
+template <typename Cfg>
+void run_wgmma_grouped_gemm(const GroupedGemmArgs& args, const char* where) {
+  const int max_smem = cuda::current_device_max_smem_optin();
+  const int smem = Cfg::smem_bytes(args.num_experts);
+  MOEKIT_CHECK_ARG(
+      smem <= max_smem, "num_experts",
+      ::moekit::detail::concat("at most what fits in ", max_smem, " bytes of shared memory (",
+                               where, " needs ", smem, ")"),
+      args.num_experts);
+  MOEKIT_CHECK_ARG(args.max_rows < (std::int64_t{1} << 31) && args.n < (std::int64_t{1} << 30),
+                   "max_rows", "below 2^31 (and n below 2^30)", args.max_rows);
+  WgmmaGemmParams wp{};
+  Params& p = wp.p;
+  p.expert_offsets = args.expert_offsets;
+  p.out = static_cast<__nv_bfloat16*>(args.d);
+  p.ldo = args.ldd;
+  p.num_experts = args.num_experts;
+  p.n = static_cast<int>(args.n);
+  p.k = static_cast<int>(args.k);
+  p.m = static_cast<int>(args.max_rows);
+  wp.a_scales = args.a_scales;
+  wp.b_scales = args.b_scales;
+  const bool gated = args.gated != nullptr;
+  if (gated) {
+    p.bias = args.gated->bias;
+    p.swiglu_alpha = args.gated->swiglu_alpha;
+    p.swiglu_limit = args.gated->swiglu_limit;
+  }
+  const WgmmaGemmMaps maps = wgmma_gemm_maps<Cfg>(args, gated);
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  cudaError_t err = cudaSuccess;
+  if (!gated) {
+    err = launch_wgmma_grouped_gemm<Cfg, 0>(wp, maps, args.max_rows, stream);
+  } else if constexpr (Cfg::kFp8) {
+    MOEKIT_FAIL(where, ": gated: expected null (fp8 runs the activation kernel between the GEMMs)");
+  } else if (args.gated->kind == Activation::kSwigluOai) {
+    err = launch_wgmma_grouped_gemm<Cfg, 2>(wp, maps, args.max_rows, stream);
+  } else {
+    err = launch_wgmma_grouped_gemm<Cfg, 1>(wp, maps, args.max_rows, stream);
+  }
+  MOEKIT_CUDA_CHECK(err);
+}
+
+}  // namespace moekit::gemm::sm90_wgmma
