@@ -15,7 +15,6 @@ using Tile128n = WgmmaGemmConfig<false, 128, 1, true>;
 using Tile144n = WgmmaGemmConfig<false, 144, 1, true>;
 using Tile160 = WgmmaGemmConfig<false, 160, 1, false>;
 using Tile160r256 = WgmmaGemmConfig<false, 160, 2, false>;
-using Tile256n = WgmmaGemmConfig<false, 256, 1, true>;
 
 }  // namespace
 
@@ -27,7 +26,6 @@ void bf16_wgmma_grouped_gemm_run(const GroupedGemmArgs& args) {
   if (tile == "128n") return sm90_wgmma::run_wgmma_grouped_gemm<Tile128n>(args, kWhere);
   if (tile == "144n") return sm90_wgmma::run_wgmma_grouped_gemm<Tile144n>(args, kWhere);
   if (tile == "160r256") return sm90_wgmma::run_wgmma_grouped_gemm<Tile160r256>(args, kWhere);
-  if (tile == "256n") return sm90_wgmma::run_wgmma_grouped_gemm<Tile256n>(args, kWhere);
   return sm90_wgmma::run_wgmma_grouped_gemm<Tile160>(args, kWhere);
 }
 

@@ -214,9 +214,8 @@ TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
   const auto t = GetParam();
   const bool fp8 = t == GroupedGemmType::kFP8Block128;
   const std::uint64_t seed = test_seed();
-  for (const char* tile : {"128n", "144n", "160", "160r256", "256n"}) {
-    const std::string name(tile);
-    if (fp8 && (name == "160r256" || name == "256n")) continue;
+  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
+    if (fp8 && std::string(tile) == "160r256") continue;
     SCOPED_TRACE(tile);
     ScopedWgmmaTile scoped(tile);
     run_case_config(t, gemm::GroupedGemmConfig::kWgmma,
@@ -264,7 +263,7 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
     act.bias = d_bias.get();
     const std::vector<double> ref = gated_grouped_reference(
         x, w, bias, off, {}, N, K, kind == Activation::kSwigluOai, 1.702, 1.5);
-    for (const char* tile : {"128n", "144n", "160", "160r256", "256n"}) {
+    for (const char* tile : {"128n", "144n", "160", "160r256"}) {
       SCOPED_TRACE(tile);
       ScopedWgmmaTile scoped(tile);
       std::vector<std::uint16_t> first;
