@@ -61,6 +61,7 @@ using sm90_w4a16::lds128;
 using sm90_w4a16::mbar_arrive_expect_tx;
 using sm90_w4a16::mbar_wait;
 using sm90_w4a16::Params;
+using sm90_w4a16::persistent_grid;
 using sm90_w4a16::prefix_token_tiles;
 using sm90_w4a16::release_slot;
 using sm90_w4a16::run_wgmma_producer;
@@ -360,20 +361,11 @@ cudaError_t launch_w4a8_wgmma(const W4A8Params& wp, const W4A8Maps& maps, std::i
                               int max_ctas, cudaStream_t stream) {
   auto kernel = w4a8_wgmma_gemm_kernel<Cfg, kEpi>;
   const int smem = Cfg::smem_bytes(wp.p.num_experts);
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  std::int64_t grid = 0;
+  const cudaError_t err = persistent_grid(
+      kernel, Cfg::kThreads, smem,
+      grouped_units_bound(m, wp.p.num_experts, wp.p.n, Cfg::kTokens, Cfg::kRows), max_ctas, &grid);
   if (err != cudaSuccess) return err;
-  int per_sm = 0, dev = 0, sms = 0;
-  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, smem)) !=
-      cudaSuccess)
-    return err;
-  if (per_sm == 0) return cudaErrorInvalidConfiguration;
-  if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
-    return err;
-  std::int64_t grid = std::min<std::int64_t>(
-      grouped_units_bound(m, wp.p.num_experts, wp.p.n, Cfg::kTokens, Cfg::kRows),
-      static_cast<std::int64_t>(per_sm) * sms);
-  if (max_ctas > 0) grid = std::min<std::int64_t>(grid, max_ctas);
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, stream>>>(wp, maps);
   return cudaGetLastError();
 }

@@ -6,6 +6,9 @@
 // runs across the CTA's units, so the next unit's first stages load during this unit's last ones.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/runtime/sm90_bulk_copy.cuh"
@@ -99,6 +102,29 @@ __device__ __forceinline__ void run_wgmma_producer(bool issuer, const Maps& maps
       static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
   cursor.next_unit(p, tile_start);
   while (cursor.u < units) issue_stage(cursor);
+}
+
+// Host: the persistent grid of a warp-specialized wgmma kernel (W4A8, bf16 / fp8): at most
+// units_bound CTAs and no more than fit on the device at once (occupancy x SMs), capped by
+// max_ctas (> 0), after setting the kernel's dynamic shared memory to smem bytes. Writes *grid;
+// returns the CUDA error of the attribute / occupancy / device calls (cudaErrorInvalidConfiguration
+// when not one CTA fits).
+template <typename Kernel>
+cudaError_t persistent_grid(Kernel kernel, int threads, int smem, std::int64_t units_bound,
+                            int max_ctas, std::int64_t* grid) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  int per_sm = 0, dev = 0, sms = 0;
+  if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem)) !=
+      cudaSuccess)
+    return err;
+  if (per_sm == 0) return cudaErrorInvalidConfiguration;
+  if ((err = cudaGetDevice(&dev)) != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+    return err;
+  *grid = std::min<std::int64_t>(units_bound, static_cast<std::int64_t>(per_sm) * sms);
+  if (max_ctas > 0) *grid = std::min<std::int64_t>(*grid, max_ctas);
+  return cudaSuccess;
 }
 
 }  // namespace moekit::gemm::sm90_w4a16

@@ -367,13 +367,10 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
     DeviceArray<std::uint8_t> d_ws(ws);
     for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
       SCOPED_TRACE(std::string(activation_name(kind)));
-      gemm::GatedActivationArgs act;
-      act.kind = kind;
-      act.swiglu_alpha = 1.702f;
-      act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
-      act.bias = d_bias.get();
-      const std::vector<double> ref = gated_grouped_reference(
-          x, w, bias, off, row_index, N, K, kind == Activation::kSwigluOai, 1.702, 1.5);
+      const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
+      const std::vector<double> ref =
+          gated_grouped_reference(x, w, bias, off, row_index, N, K, kind == Activation::kSwigluOai,
+                                  kTestSwigluAlpha, kTestSwigluLimit);
       std::vector<double> got;
       std::vector<std::uint16_t> first;
       for (const bool pdl : {false, false, true}) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "moekit/gemm/grouped_gemm.hpp"
+
 namespace moekit::gemm_test {
 
 // Seed: MOEKIT_TEST_SEED if set, else fresh; logged through RecordProperty and printed.
@@ -126,6 +128,18 @@ inline std::vector<double> grouped_reference(const std::vector<float>& a,
         d[static_cast<std::size_t>(r) * n + j] = acc;
       }
   return d;
+}
+
+// The gated activation of the fused-GEMM1 tests: SiLU-and-mul, or SwiGLU-OAI with gpt-oss's alpha
+// and a small limit (both clamps bind for part of the outputs), with the device bias f32 [E, N].
+constexpr float kTestSwigluAlpha = 1.702f, kTestSwigluLimit = 1.5f;
+inline gemm::GatedActivationArgs test_gated_activation(Activation kind, const float* bias) {
+  gemm::GatedActivationArgs act;
+  act.kind = kind;
+  act.swiglu_alpha = kTestSwigluAlpha;
+  act.swiglu_limit = kTestSwigluLimit;
+  act.bias = bias;
+  return act;
 }
 
 // GEMM1 with its gated activation in float64: for every row r of expert e (off), over columns c

@@ -256,13 +256,10 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
   DeviceArray<std::uint8_t> d_ws(ws);
   for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
     SCOPED_TRACE(std::string(activation_name(kind)));
-    gemm::GatedActivationArgs act;
-    act.kind = kind;
-    act.swiglu_alpha = 1.702f;
-    act.swiglu_limit = 1.5f;  // small: both clamps bind for part of the outputs
-    act.bias = d_bias.get();
-    const std::vector<double> ref = gated_grouped_reference(
-        x, w, bias, off, {}, N, K, kind == Activation::kSwigluOai, 1.702, 1.5);
+    const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
+    const std::vector<double> ref =
+        gated_grouped_reference(x, w, bias, off, {}, N, K, kind == Activation::kSwigluOai,
+                                kTestSwigluAlpha, kTestSwigluLimit);
     for (const char* tile : {"128n", "144n", "160", "160r256"}) {
       SCOPED_TRACE(tile);
       ScopedWgmmaTile scoped(tile);
