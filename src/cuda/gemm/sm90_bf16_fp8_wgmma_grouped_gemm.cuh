@@ -167,6 +167,11 @@ __device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint3
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (the
+// TMA writes that refill a slot the epilogue staged its output in).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // The epilogue of a unit, staged through its last stage slot (both consumer warpgroups are done
 // with it: the caller synchronized them): the bf16 output tile [tokens][the CTA tile's columns]
 // (plain: kRows columns, one per weight row; gated: kRows / 2, act(gate + bias, up + bias) of the
@@ -239,7 +244,10 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
       *reinterpret_cast<uint4*>(p.out + static_cast<std::int64_t>(row) * p.ldo + col) = v;
     }
   }
-  consumers_sync();  // every read of the slot is done before it is released
+  // The staging writes before the slot's next TMA writes (generic vs async proxy); every read of
+  // the slot done before it is released.
+  fence_proxy_async_smem();
+  consumers_sync();
 }
 
 // The producer thread's feed: one stage of its CTA's units per call, in the consumers' order.
