@@ -272,8 +272,8 @@ void GroupedGemmExperts::prepare_weights(const MoeProblem& p, const MoeWeights& 
     st.w13_scales = static_cast<const float*>(keep(w.w13.scales, st.w13_scales_owned));
     st.w2_scales = static_cast<const float*>(keep(w.w2.scales, st.w2_scales_owned));
   }
-  // Biases (gpt-oss): GEMM1's is added by its epilogue (decode) or the activation kernel, GEMM2's
-  // by the weighted reduce.
+  // Biases (gpt-oss): GEMM1's is added by its epilogue (decode, bf16 wgmma) or the activation
+  // kernel, GEMM2's by the weighted reduce.
   st.w13_bias = detail::expert_bias_to_device(p, w.w13_bias, 2 * i, "weights.w13_bias");
   st.w2_bias = detail::expert_bias_to_device(p, w.w2_bias, h, "weights.w2_bias");
   st.prepared = true;

@@ -57,9 +57,12 @@ namespace moekit::gemm::sm90_wgmma {
 using cuda::sm90::tma_load_2d;
 using cuda::sm90::tma_load_3d;
 using cuda::sm90::tma_load_5d;
+using sm90_w4a16::expert_prefix_bytes;
 using sm90_w4a16::fence_operand;
+using sm90_w4a16::fence_proxy_async_smem;
 using sm90_w4a16::grouped_units_bound;
 using sm90_w4a16::lds128;
+using sm90_w4a16::mbar_arrive;
 using sm90_w4a16::mbar_arrive_expect_tx;
 using sm90_w4a16::mbar_wait;
 using sm90_w4a16::Params;
@@ -113,17 +116,15 @@ struct WgmmaGemmConfig {
   static constexpr int kStageBytes =
       (kScalesOffset + (kFp8 ? kTokens * 4 : 0) + 1023) / 1024 * 1024;
   // As many stages as fit next to the expert prefix of up to 512 experts (at most 8).
-  static constexpr int kSmemBudget = 227 * 1024 - 1024 - 2176;
+  static constexpr int kSmemBudget = 227 * 1024 - 1024 - expert_prefix_bytes(512);
   static constexpr int kStages = std::min(8, kSmemBudget / (kStageBytes + 16));
   static constexpr int kFullArrivals = kFp8 ? 1 + 32 : 1;  // the TMA issuer (+ the scale warp)
   static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
   static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
   static_assert(kStages >= 3, "ring");
-  __host__ __device__ static int offsets_bytes(int num_experts) {
-    return ((num_experts + 1) * 4 + 127) / 128 * 128;
-  }
+
   static int smem_bytes(int num_experts) {
-    return offsets_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
+    return expert_prefix_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
   }
 };
 
@@ -137,9 +138,6 @@ __device__ __forceinline__ float2 lds_f2(std::uint32_t addr) {
 }
 __device__ __forceinline__ void sts_f32(std::uint32_t addr, float v) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
@@ -166,11 +164,6 @@ __device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint3
 // The 256 consumer threads only (named barrier 1; the producer warpgroup never joins it).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-}
-// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (the
-// TMA writes that refill a slot the epilogue staged its output in).
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // The epilogue of a unit, staged through its last stage slot (both consumer warpgroups are done
 // with it: the caller synchronized them): the bf16 output tile [tokens][the CTA tile's columns]
@@ -337,8 +330,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
                                                 const WgmmaUnit& un) {
   using Elem = typename Cfg::Elem;
   const Params& p = wp.p;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
-  const int g = lane / 4, t = lane % 4;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, t = lane % 4;
   const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
   std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
 
@@ -425,7 +417,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   const Params& p = wp.p;
   int* tile_start = reinterpret_cast<int*>(smem);
-  const std::uint32_t ring = (smem_addr(smem) + Cfg::offsets_bytes(p.num_experts) + 1023) & ~1023u;
+  const std::uint32_t ring = (smem_addr(smem) + expert_prefix_bytes(p.num_experts) + 1023) & ~1023u;
   const WgmmaGemmSmem<Cfg> sm(ring);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 

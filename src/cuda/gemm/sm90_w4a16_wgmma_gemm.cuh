@@ -117,7 +117,7 @@ struct WgmmaConfig {
   static_assert(kHalfBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "ring");
   __host__ __device__ static int offsets_bytes(int num_experts) {
-    return ((num_experts + 1) * 4 + 127) / 128 * 128;
+    return expert_prefix_bytes(num_experts);
   }
   // After the LUT and the tile prefix, aligned to 1024 at run time: the ring (WgmmaSmem).
   static int smem_bytes(int num_experts) {

@@ -55,6 +55,7 @@ namespace moekit::gemm::sm90_w4a8 {
 using cuda::sm90::tma_load_2d;
 using sm90_decode::store_tile;
 using sm90_w4a16::expert_offset;
+using sm90_w4a16::expert_prefix_bytes;
 using sm90_w4a16::fence_operand;
 using sm90_w4a16::grouped_units_bound;
 using sm90_w4a16::lds128;
@@ -122,7 +123,7 @@ struct W4A8Config {
   static_assert(kTokens == 128 || kTokens == 160, "wgmma token tile");
   static_assert(kStages >= 2, "ring");
   __host__ __device__ static int offsets_bytes(int num_experts) {
-    return ((num_experts + 1) * 4 + 127) / 128 * 128;
+    return expert_prefix_bytes(num_experts);
   }
   // After the tables and the tile prefix, aligned to 1024 at run time: the ring (W4A8Smem).
   static int smem_bytes(int num_experts) {

@@ -26,12 +26,26 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
+// One arrival of this thread on mbarrier `bar` (release: its prior shared-memory accesses before
+// the waiters' acquire).
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 // One consumer warp is done with a stage slot (its lanes' shared loads and its warpgroup's MMAs
 // that read the slot, retired by a wgmma_wait): one arrival on the slot's empty mbarrier.
 __device__ __forceinline__ void release_slot(std::uint32_t empty_bar, int lane) {
   __syncwarp();
-  if (lane == 0)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_bar) : "memory");
+  if (lane == 0) mbar_arrive(empty_bar);
+}
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (a
+// slot that consumers wrote, e.g. an epilogue's staging, refilled by TMA).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Bytes of a wgmma kernel's per-expert token-tile prefix in shared memory (E + 1 ints, in 128-byte
+// steps); the ring follows it, aligned to 1024 at run time.
+__host__ __device__ constexpr int expert_prefix_bytes(int num_experts) {
+  return ((num_experts + 1) * 4 + 127) / 128 * 128;
 }
 
 // The ring in shared memory: kStages slots of kStageBytes from `ring` (1024-aligned: the swizzle
