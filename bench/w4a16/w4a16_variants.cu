@@ -120,7 +120,7 @@ int smem_of(int experts) {
   if constexpr (requires { Cfg::kWarpsM; })
     return Cfg::smem_bytes(experts);
   else
-    return decode_smem_bytes<Cfg, W4Codec<true>>(experts);
+    return decode_smem_bytes<Cfg, W4Codec<true>>(experts, false);
 }
 
 template <typename Cfg, bool kSkip>
@@ -250,8 +250,46 @@ void stream_read(const Problem& p, const Setup& s, cudaStream_t stream) {
   CK(cudaFree(sink));
 }
 
+cudaStream_t stream0() {
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  return s;
+}
+
+// Decode sizes (1 and 8 tokens on the small presets): CTA shapes with more warps per SM (fewer
+// registers per thread) or shorter per-warp chains, against the two kAuto configurations.
+int occupancy_sweep(cudaStream_t stream) {
+  const std::vector<Problem> problems = {
+      {128, 4, 1, 5760, 2880, 1, "gptoss M1 gemm1"}, {128, 4, 1, 2880, 2880, 0, "gptoss M1 gemm2"},
+      {128, 8, 1, 3072, 4096, 1, "qwen3 M1 gemm1"},  {128, 8, 1, 4096, 1536, 0, "qwen3 M1 gemm2"},
+      {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},   {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
+      {128, 4, 8, 5760, 2880, 1, "gptoss M8 gemm1"}, {128, 4, 8, 2880, 2880, 0, "gptoss M8 gemm2"},
+      {128, 8, 8, 3072, 4096, 1, "qwen3 M8 gemm1"},  {128, 8, 8, 4096, 1536, 0, "qwen3 M8 gemm2"},
+  };
+  for (const Problem& p : problems) {
+    Setup s = make_setup(p, p.epi == 1);
+    stream_read(p, s, stream);
+    measure<DecodeConfig<4, 2, 1, 4, 4>>("D8 <4,2,1,4,4>", p, s, stream);
+    measure<DecodeConfig<4, 4, 1, 2, 4>>("wide <4,4,1,2,4>", p, s, stream);
+    measure<DecodeConfig<4, 1, 1, 4, 8>>("<4,1,1,4,8> 16r 8/SM", p, s, stream);
+    measure<DecodeConfig<4, 1, 1, 8, 8>>("<4,1,1,8,8> 16r ring8", p, s, stream);
+    measure<DecodeConfig<8, 1, 1, 4, 4>>("<8,1,1,4,4> 16r 8Kw", p, s, stream);
+    measure<DecodeConfig<4, 2, 1, 2, 6>>("<4,2,1,2,6> 32r 6/SM", p, s, stream);
+    measure<DecodeConfig<2, 2, 1, 4, 8>>("<2,2,1,4,8> 32r 2Kw", p, s, stream);
+    measure<DecodeConfig<4, 2, 1, 4, 4>>("D8 cluster2", p, s, stream, false, 2);
+    CK(cudaFree(s.w));
+    CK(cudaFree(s.s));
+    CK(cudaFree(s.x));
+    CK(cudaFree(s.out));
+    for (auto* q : s.offsets) CK(cudaFree(q));
+    for (auto* q : s.row_index) CK(cudaFree(q));
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool profile = argc > 1 && std::string(argv[1]) == "profile";
+  if (argc > 1 && std::string(argv[1]) == "occupancy") return occupancy_sweep(stream0());
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
   const std::vector<Problem> problems = {

@@ -8,7 +8,10 @@
 // register ring: 16-byte weight loads (kStages deep) and its own activation
 // fragments straight from global memory (two 16-byte loads per lane per 8-token
 // tile, 2 deep; rows past the expert's end are not loaded). The ring runs
-// across unit boundaries, so a CTA never drains its loads between units. No
+// across unit boundaries, so a CTA never drains its loads between units. The
+// loop runs in groups of kStages items (a unit's items padded to whole groups),
+// so the unit-boundary code exists once per group rather than once per
+// unrolled stage (a small instruction footprint). No
 // barrier in the main loop: the kWarpsK warps of a CTA split K and meet once
 // per unit, where warp 0 adds the partial sums in warp order (deterministic)
 // and runs the epilogue while the others keep streaming. Shared helpers:
@@ -262,10 +265,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (cid >= units) return;  // uniform over the cluster
   const int my_units = (units - 1 - cid) / nclusters + 1;
   const int chunks = Codec::chunks(p.k);
-  const int ksplit = csize * Cfg::kWarpsK;  // K-warps of the cluster
+  const int ksplit = csize * Cfg::kWarpsK;   // K-warps of the cluster
   const int kw = crank * Cfg::kWarpsK + wk;  // this warp's K slot
-  const int per_unit = (chunks + ksplit - 1) / ksplit;  // items per unit per warp
-  const int items = my_units * per_unit;
+  // Items per unit per warp, padded to a multiple of kStages (padded items have no chunk: no
+  // loads, no MMA): every unit then starts a group of kStages items, so a group's ring slots
+  // never straddle two units, and the unit-boundary code (cursor moves, split-K reduction,
+  // epilogue) exists once, after the group, instead of in each of the kStages unrolled stages
+  // (the instruction footprint of the streaming loop: ncu showed a third of the M = 1 stall
+  // cycles waiting on instruction fetch).
+  const int per_unit =
+      ((chunks + ksplit - 1) / ksplit + Cfg::kStages - 1) / Cfg::kStages * Cfg::kStages;
+  const int groups = my_units * per_unit / Cfg::kStages;
 
   // Unit i of this CTA -> expert, rows, first 16-row tile.
   struct Unit {
@@ -284,11 +294,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     return un;
   };
 
-  // ---- load cursor: the item `kStages` ahead of compute ----
-  int ld_unit = 0, ld_ci = 0;
-  // Tiles m >= w_tiles (past N) are not loaded.
-  typename Codec::Cursor wcur;
-  int w_tiles;
+  // Lane t's activation halves sit where its weight halves do (Codec::lane_k, kHalfStride).
+  const int x_k_left = p.k - Codec::lane_k(t);  // kTails: half h of chunk c exists if < it
+  // A unit's activation rows (this lane's token g of each 8-token tile).
+  struct XRows {
+    const __nv_bfloat16* ptr[Cfg::kTilesN];
+    bool ok[Cfg::kTilesN];
+  };
+  auto x_rows = [&](int i, XRows& x) {
+    const Unit un = decode_unit(i);
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+      const int row = un.row_begin + nt * 8 + g;
+      x.ok[nt] = row < un.row_end;
+      std::int64_t src = 0;
+      if (x.ok[nt]) {
+        if constexpr (kRouted)
+          src = p.a_by_token ? r_tokens[row] : row;
+        else
+          src = p.row_index ? p.row_index[row] : row;
+      }
+      x.ptr[nt] = p.a + src * p.lda + Codec::lane_k(t);
+    }
+  };
+
+  // Two cursors, each at the first item of a group: compute (cu_unit, cu_ci) and load
+  // (ld_unit, ld_ci), one group ahead (the weight ring holds one group). Activations are
+  // kXStages items ahead of compute: stage st loads item cu_ci + st + kXStages, past the unit's
+  // end the next unit's; xrows are the rows of the unit those loads read (the next one from
+  // stage kStages - kXStages of a unit's last group on).
+  int cu_unit = 0, cu_ci = 0, ld_unit = 0, ld_ci = 0;
+  typename Codec::Cursor wcur;  // the load cursor's unit; tiles m >= w_tiles (past N) not loaded
+  int w_tiles = 0;
+  XRows xrows;
   auto set_load_unit = [&](int i) {
     const Unit un = decode_unit(i);
     w_tiles = row_tiles16 - un.rt0;
@@ -305,59 +343,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int tiles = min(Cfg::kTilesM, row_tiles16 - un.rt0);
     Codec::prefetch_unit(p, un.e, un.rt0, tiles, kPrefetchBudget / nclusters);
   }
-  // ---- activation cursor: trails the weight cursor by kStages - kXStages
-  // items ----
-  int x_unit = 0, x_ci = 0;
-  // Lane t's activation halves sit where its weight halves do (Codec::lane_k, kHalfStride).
-  const int x_k_left = p.k - Codec::lane_k(t);  // kTails: half h of chunk c exists if < it
-  const __nv_bfloat16* xptr[Cfg::kTilesN];
-  bool x_ok[Cfg::kTilesN];
-  auto set_x_unit = [&](int i) {
-    const Unit un = decode_unit(i);
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-      const int row = un.row_begin + nt * 8 + g;
-      x_ok[nt] = row < un.row_end;
-      std::int64_t src = 0;
-      if (x_ok[nt]) {
-        if constexpr (kRouted)
-          src = p.a_by_token ? r_tokens[row] : row;
-        else
-          src = p.row_index ? p.row_index[row] : row;
-      }
-      xptr[nt] = p.a + src * p.lda + Codec::lane_k(t);
-    }
-  };
-  if constexpr (!kPdl) set_x_unit(0);
-  // Load the item at a cursor into a ring slot, then advance that cursor (across units). The
-  // item's chunk of this warp is c = ci * ksplit + kw (absent when >= chunks).
   using Item = typename Codec::Item;
-  auto load_next_w = [&](Item(&wr)[Cfg::kTilesM]) {
-    const int c = ld_ci * ksplit + kw;
+  // Weights of item ld_ci + st of the load cursor's unit (chunk c = ci * ksplit + kw; absent
+  // when >= chunks or past the last unit).
+  auto load_w = [&](Item(&wr)[Cfg::kTilesM], int st) {
+    const int c = (ld_ci + st) * ksplit + kw;
     const bool ok = ld_unit < my_units && c < chunks;
 #pragma unroll
     for (int m = 0; m < Cfg::kTilesM; ++m)
       wcur.template load<Cfg::kL2Prefetch>(p, wr[m], m, c, ok && m < w_tiles);
-    if (++ld_ci == per_unit) {
-      ld_ci = 0;
-      if (++ld_unit < my_units) set_load_unit(ld_unit);
-    }
   };
-  auto load_next_x = [&](uint4(&xr)[Cfg::kTilesN][2]) {
-    const int c = x_ci * ksplit + kw;
-    const bool ok = x_unit < my_units && c < chunks;
+  auto load_x = [&](uint4(&xr)[Cfg::kTilesN][2], const XRows& x, int unit, int ci) {
+    const int c = ci * ksplit + kw;
+    const bool ok = unit < my_units && c < chunks;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int k = c * 64 + Codec::kHalfStride * h;
         const bool in_k = !Codec::kTails || k < x_k_left;
-        xr[nt][h] = load_activation(xptr[nt] + k, ok && x_ok[nt] && in_k);
+        xr[nt][h] = load_activation(x.ptr[nt] + k, ok && x.ok[nt] && in_k);
       }
     }
-    if (++x_ci == per_unit) {
-      x_ci = 0;
-      if (++x_unit < my_units) set_x_unit(x_unit);
+  };
+  // Moves the load cursor to the next group (a new unit when the group ends one).
+  auto advance_load = [&] {
+    ld_ci += Cfg::kStages;
+    if (ld_ci == per_unit) {
+      ld_ci = 0;
+      if (++ld_unit < my_units) set_load_unit(ld_unit);
     }
   };
 
@@ -367,18 +381,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // Weights first (independent of the previous kernel), then wait for it,
     // then the activations (row_index, a).
 #pragma unroll
-    for (int st = 0; st < Cfg::kStages; ++st) load_next_w(wring[st]);
+    for (int st = 0; st < Cfg::kStages; ++st) load_w(wring[st], st);
     pdl_wait();
-    set_x_unit(0);
+    x_rows(0, xrows);
 #pragma unroll
-    for (int st = 0; st < Cfg::kXStages; ++st) load_next_x(xring[st]);
+    for (int st = 0; st < Cfg::kXStages; ++st) load_x(xring[st], xrows, 0, st);
   } else {  // v4 order
+    x_rows(0, xrows);
 #pragma unroll
     for (int st = 0; st < Cfg::kStages; ++st) {
-      if (st < Cfg::kXStages) load_next_x(xring[st]);
-      load_next_w(wring[st]);
+      if (st < Cfg::kXStages) load_x(xring[st], xrows, 0, st);
+      load_w(wring[st], st);
     }
   }
+  advance_load();
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
   auto zero_acc = [&] {
 #pragma unroll
@@ -389,101 +405,106 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         for (int r = 0; r < 4; ++r) acc[m][nt][r] = 0.0f;
   };
   zero_acc();
-  int cu_unit = 0, cu_ci = 0;
 
-  for (int q0 = 0; q0 < items; q0 += Cfg::kStages) {
+  const bool never = p.k <= 0;  // the launcher checked k > 0
+  for (int q = 0; q < groups; ++q) {
 #pragma unroll
     for (int st = 0; st < Cfg::kStages; ++st) {
-      if (q0 + st < items) {
-        const int xs = st % Cfg::kXStages;
-        if (cu_ci * ksplit + kw < chunks) {
+      const int xs = st % Cfg::kXStages;
+      if ((cu_ci + st) * ksplit + kw < chunks) {
 #pragma unroll
-          for (int m = 0; m < Cfg::kTilesM; ++m) {
-            std::uint32_t a[4][4];
-            Codec::fragments(wring[st][m], smem, a);
+        for (int m = 0; m < Cfg::kTilesM; ++m) {
+          std::uint32_t a[4][4];
+          Codec::fragments(wring[st][m], smem, a);
 #pragma unroll
-            for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-              // Token g's K words in the codecs' order (sm90_bf16_decode_fragments.hpp).
+          for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+            // Token g's K words in the codecs' order (sm90_bf16_decode_fragments.hpp).
 #pragma unroll
-              for (int sk = 0; sk < 4; ++sk) {
-                const WordSource b0 = bf16_b_source(sk, 0), b1 = bf16_b_source(sk, 1);
-                mma_bf16(acc[m][nt], a[sk], word_of(xring[xs][nt][b0.half], b0.word),
-                         word_of(xring[xs][nt][b1.half], b1.word));
-              }
+            for (int sk = 0; sk < 4; ++sk) {
+              const WordSource b0 = bf16_b_source(sk, 0), b1 = bf16_b_source(sk, 1);
+              mma_bf16(acc[m][nt], a[sk], word_of(xring[xs][nt][b0.half], b0.word),
+                       word_of(xring[xs][nt][b1.half], b1.word));
             }
           }
-        }
-        // Refill: weights kStages ahead, activations kXStages ahead.
-        load_next_w(wring[st]);
-        load_next_x(xring[xs]);
-        // Unit end (uniform across the cluster): reduce over K warps, epilogue
-        // by warp 0 of CTA rank 0.
-        if (++cu_ci == per_unit) {
-          float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
-          if (Cfg::kWarpsK > 1 || csize > 1) {
-            if (wk > 0 || crank > 0) {
-#pragma unroll
-              for (int m = 0; m < Cfg::kTilesM; ++m)
-#pragma unroll
-                for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-#pragma unroll
-                  for (int r = 0; r < 4; ++r)
-                    buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane] =
-                        acc[m][nt][r];
-            }
-            if (csize > 1)
-              cluster_barrier();
-            else
-              __syncthreads();
-          }
-          if (wk == 0 && crank == 0) {
-            for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
-#pragma unroll
-              for (int m = 0; m < Cfg::kTilesM; ++m)
-#pragma unroll
-                for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-#pragma unroll
-                  for (int r = 0; r < 4; ++r)
-                    acc[m][nt][r] +=
-                        buf[((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane];
-            for (int cr = 1; cr < csize; ++cr) {  // fixed (rank, warp) order: deterministic
-              const std::uint32_t rbuf =
-                  cluster_map(smem_addr(buf), static_cast<std::uint32_t>(cr));
-              for (int w = 0; w < Cfg::kWarpsK; ++w) {
-#pragma unroll
-                for (int m = 0; m < Cfg::kTilesM; ++m) {  // one row tile at a time: registers
-                  float v[Cfg::kTilesN][4];
-#pragma unroll
-                  for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r)
-                      v[nt][r] = cluster_ld(
-                          rbuf +
-                          (((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane) *
-                              4);
-#pragma unroll
-                  for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) acc[m][nt][r] += v[nt][r];
-                }
-              }
-            }
-            const Unit un = decode_unit(cu_unit);
-#pragma unroll
-            for (int m = 0; m < Cfg::kTilesM; ++m) {
-              if (un.rt0 + m >= row_tiles16) continue;
-#pragma unroll
-              for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-                store_tile<kEpi, Codec>(p, acc[m][nt], un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end,
-                                 g, t);
-            }
-          }
-          zero_acc();
-          cu_ci = 0;
-          ++cu_unit;
         }
       }
+      // Refill: the weights of the next group, the activations kXStages items ahead.
+      load_w(wring[st], st);
+      // Past the group's end and the unit's (its last group): the next unit's first items.
+      const bool next_unit = st + Cfg::kXStages >= Cfg::kStages && cu_ci + Cfg::kStages == per_unit;
+      if (st == Cfg::kStages - Cfg::kXStages && next_unit && cu_unit + 1 < my_units)
+        x_rows(cu_unit + 1, xrows);
+      load_x(xring[xs], xrows, cu_unit + (next_unit ? 1 : 0),
+             (next_unit ? 0 : cu_ci + Cfg::kStages) + st + Cfg::kXStages - Cfg::kStages);
+      if constexpr (Codec::kStageFence) {
+        if (never) __trap();  // a branch: ends the stage's basic block (Codec::kStageFence)
+      }
     }
+    advance_load();
+    cu_ci += Cfg::kStages;
+    if (cu_ci < per_unit) continue;
+    // Unit end (uniform across the cluster): reduce over K warps, epilogue by warp 0 of CTA
+    // rank 0.
+    float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
+    if (Cfg::kWarpsK > 1 || csize > 1) {
+      if (wk > 0 || crank > 0) {
+#pragma unroll
+        for (int m = 0; m < Cfg::kTilesM; ++m)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+              buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane] =
+                  acc[m][nt][r];
+      }
+      if (csize > 1)
+        cluster_barrier();
+      else
+        __syncthreads();
+    }
+    if (wk == 0 && crank == 0) {
+      for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
+#pragma unroll
+        for (int m = 0; m < Cfg::kTilesM; ++m)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+              acc[m][nt][r] +=
+                  buf[((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane];
+      for (int cr = 1; cr < csize; ++cr) {  // fixed (rank, warp) order: deterministic
+        const std::uint32_t rbuf = cluster_map(smem_addr(buf), static_cast<std::uint32_t>(cr));
+        for (int w = 0; w < Cfg::kWarpsK; ++w) {
+#pragma unroll
+          for (int m = 0; m < Cfg::kTilesM; ++m) {  // one row tile at a time: registers
+            float v[Cfg::kTilesN][4];
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+              for (int r = 0; r < 4; ++r)
+                v[nt][r] = cluster_ld(
+                    rbuf +
+                    (((w * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane) * 4);
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[m][nt][r] += v[nt][r];
+          }
+        }
+      }
+      const Unit un = decode_unit(cu_unit);
+#pragma unroll
+      for (int m = 0; m < Cfg::kTilesM; ++m) {
+        if (un.rt0 + m >= row_tiles16) continue;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+          store_tile<kEpi, Codec>(p, acc[m][nt], un.e, un.rt0 + m, un.row_begin + nt * 8,
+                                  un.row_end, g, t);
+      }
+    }
+    zero_acc();
+    cu_ci = 0;
+    ++cu_unit;
   }
   if constexpr (kRouted && kEpi == 0) {
     // The fused reduce, after the streaming (a fence in the loop would wait for the warp's loads

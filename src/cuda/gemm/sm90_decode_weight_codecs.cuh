@@ -8,6 +8,9 @@
 //                 guarantees K % 64 == 0
 //   kRowTails     rows past N (N % 16 == 8) are masked; false: N % 16 == 0
 //   kUnscale      the epilogue's accumulator multiplier
+//   kStageFence   the kernel ends each stage's basic block after its refill loads, so that ptxas
+//                 issues them where they stand instead of sinking them past the next stages' MMAs
+//                 (the bf16 codec, whose items are 4x the bytes: its loads' distance is its speed)
 //   kSmemBytes    its shared-memory table (init_smem fills it before the kernel's first barrier)
 //   lane_k(t), kHalfStride  where lane (g, t) finds its two 16-byte activation halves in a chunk:
 //                 K lane_k(t) + kHalfStride h + [0, 8), h = 0, 1 (the same K its weight registers
@@ -38,6 +41,7 @@ template <bool kNvfp4>
 struct W4Codec {
   static constexpr bool kTails = false;
   static constexpr bool kRowTails = false;
+  static constexpr bool kStageFence = false;
   static constexpr float kUnscale = 18446744073709551616.0f;  // 2^kUnscaleLog2
   static_assert(sm90_w4a16::kUnscaleLog2 == 64, "unscale constant");
   static constexpr int kSmemBytes = 256 * 4;
@@ -123,6 +127,7 @@ template <bool kGated>
 struct Bf16CodecT {
   static constexpr bool kTails = true;
   static constexpr bool kRowTails = !kGated;
+  static constexpr bool kStageFence = true;
   static constexpr float kUnscale = 1.0f;
   static constexpr int kSmemBytes = 0;
   static constexpr int kHalfStride = kBf16HalfStride;
@@ -150,7 +155,8 @@ struct Bf16CodecT {
     template <bool kL2Prefetch>
     __device__ void load(const Params& p, Item& it, int m, int c, bool ok) const {
       // Tile m + 1 starts 16 rows (gated: 8) further on; row g + 8 lies 8 rows (gated: I) after g.
-      const __nv_bfloat16* r0 = row + static_cast<std::int64_t>(m) * (kGated ? 8 : 16) * p.k + c * 64;
+      const __nv_bfloat16* r0 =
+          row + static_cast<std::int64_t>(m) * (kGated ? 8 : 16) * p.k + c * 64;
       const __nv_bfloat16* r8 = r0 + static_cast<std::int64_t>(kGated ? p.n / 2 : 8) * p.k;
       const bool ok8 = ok && (kGated || m * 16 + 8 < rows_left);
 #pragma unroll

@@ -142,6 +142,17 @@ W4Tile w4a16_resolve_tile(const W4A16GemmArgs& args) {
   if (args.tile != W4Tile::kAuto) return args.tile;
   // The caller chose the wgmma K order for the wgmma tile (w4a16_prefers_wgmma).
   if (args.a_order == W4KOrder::kWgmma) return W4Tile::kWgmma;
+  // Measurement override of the natural-order tile: MOEKIT_W4A16_TILE=decode8 | decode16 | mid32
+  // | large (with MOEKIT_W4A16_WGMMA_MIN_ROWS keeping the experts off the wgmma tile).
+  static const W4Tile forced = [] {
+    const char* v = std::getenv("MOEKIT_W4A16_TILE");
+    if (v == nullptr || *v == '\0') return W4Tile::kAuto;
+    for (W4Tile t : {W4Tile::kDecode8, W4Tile::kDecode16, W4Tile::kMid32, W4Tile::kLarge})
+      if (w4_tile_name(t) == v) return t;
+    MOEKIT_CHECK_ARG(false, "MOEKIT_W4A16_TILE", "decode8, decode16, mid32 or large", v);
+    return W4Tile::kAuto;
+  }();
+  if (forced != W4Tile::kAuto) return forced;
   const std::int64_t per_expert = rows_per_active_expert(args.m, args.num_experts);
   // decode16 is not chosen: every warp reads its 16 tokens' activations from
   // L2 (4x the weight bytes), mid32 shares them through shared memory (v4).
@@ -222,9 +233,9 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
     case W4Tile::kDecode8: {
       // Wide when its units fill at least half of the CTA slots (4 per SM).
       const DecodeLaunch l = decode_launch(resolved);
-      const bool wide = sm90_decode::estimated_units(l, Decode8Wide::kTokens, Decode8Wide::kRows) *
-                            2 >=
-                        sm90_decode::cta_slots(l, Decode8Wide::kMinBlocks);
+      const bool wide =
+          sm90_decode::estimated_units(l, Decode8Wide::kTokens, Decode8Wide::kRows) * 2 >=
+          sm90_decode::cta_slots(l, Decode8Wide::kMinBlocks);
       if (wide && use_short_k(resolved, l)) {
         return resolved.format == W4Format::kNVFP4
                    ? launch_config<Decode8WideShortK, true, 0>(resolved, params)
@@ -235,9 +246,9 @@ void w4a16_grouped_gemm(const W4A16GemmArgs& args) {
     }
     case W4Tile::kDecode16: {
       const DecodeLaunch l = decode_launch(resolved);
-      const bool wide = sm90_decode::estimated_units(l, Decode16Wide::kTokens, Decode16Wide::kRows) *
-                            2 >=
-                        sm90_decode::cta_slots(l, Decode16Wide::kMinBlocks);
+      const bool wide =
+          sm90_decode::estimated_units(l, Decode16Wide::kTokens, Decode16Wide::kRows) * 2 >=
+          sm90_decode::cta_slots(l, Decode16Wide::kMinBlocks);
       return wide ? dispatch_format_epilogue<Decode16Wide>(resolved, params)
                   : dispatch_format_epilogue<Decode16>(resolved, params);
     }
