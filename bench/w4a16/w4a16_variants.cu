@@ -1,8 +1,9 @@
 // Kernel-variant sweep for the W4A16 decode path (measurement only): each
 // variant's GEMM1 and GEMM2 timed separately as CUDA-graph replays over 8
 // rotating routings (weights L2-cold), reported as achieved weight bandwidth.
-// Mode "profile" runs one layer per preset once (for ncu). Usage:
-// w4a16_variants [profile]
+// Mode "profile" runs one layer per preset once (for ncu); "occupancy" sweeps decode shapes at
+// 1 / 8 tokens (occupancy_sweep). Usage:
+// w4a16_variants [profile | occupancy]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -112,6 +113,15 @@ Setup make_setup(const Problem& p, bool gather) {
   s.distinct /= 8;
   CK(cudaDeviceSynchronize());
   return s;
+}
+
+void free_setup(Setup& s) {
+  CK(cudaFree(s.w));
+  CK(cudaFree(s.s));
+  CK(cudaFree(s.x));
+  CK(cudaFree(s.out));
+  for (auto* q : s.offsets) CK(cudaFree(q));
+  for (auto* q : s.row_index) CK(cudaFree(q));
 }
 
 // Dynamic shared memory of either kernel.
@@ -250,12 +260,6 @@ void stream_read(const Problem& p, const Setup& s, cudaStream_t stream) {
   CK(cudaFree(sink));
 }
 
-cudaStream_t stream0() {
-  cudaStream_t s;
-  CK(cudaStreamCreate(&s));
-  return s;
-}
-
 // Decode sizes (1 and 8 tokens on the small presets): CTA shapes with more warps per SM (fewer
 // registers per thread) or shorter per-warp chains, against the two kAuto configurations.
 int occupancy_sweep(cudaStream_t stream) {
@@ -277,21 +281,16 @@ int occupancy_sweep(cudaStream_t stream) {
     measure<DecodeConfig<4, 2, 1, 2, 6>>("<4,2,1,2,6> 32r 6/SM", p, s, stream);
     measure<DecodeConfig<2, 2, 1, 4, 8>>("<2,2,1,4,8> 32r 2Kw", p, s, stream);
     measure<DecodeConfig<4, 2, 1, 4, 4>>("D8 cluster2", p, s, stream, false, 2);
-    CK(cudaFree(s.w));
-    CK(cudaFree(s.s));
-    CK(cudaFree(s.x));
-    CK(cudaFree(s.out));
-    for (auto* q : s.offsets) CK(cudaFree(q));
-    for (auto* q : s.row_index) CK(cudaFree(q));
+    free_setup(s);
   }
   return 0;
 }
 
 int main(int argc, char** argv) {
   const bool profile = argc > 1 && std::string(argv[1]) == "profile";
-  if (argc > 1 && std::string(argv[1]) == "occupancy") return occupancy_sweep(stream0());
   cudaStream_t stream;
   CK(cudaStreamCreate(&stream));
+  if (argc > 1 && std::string(argv[1]) == "occupancy") return occupancy_sweep(stream);
   const std::vector<Problem> problems = {
       {256, 8, 1, 4096, 7168, 1, "dsv3 M1 gemm1"},
       {256, 8, 1, 7168, 2048, 0, "dsv3 M1 gemm2"},
@@ -333,12 +332,7 @@ int main(int argc, char** argv) {
       measure<DecodeConfig<8, 4, 1, 2, 2>>("<8,4,1,2,2> 8 K-warps", p, s, stream);
       measure<DecodeConfig<4, 6, 1, 2, 3>>("<4,6,1,2,3> 96 rows", p, s, stream);
     }
-    CK(cudaFree(s.w));
-    CK(cudaFree(s.s));
-    CK(cudaFree(s.x));
-    CK(cudaFree(s.out));
-    for (auto* q : s.offsets) CK(cudaFree(q));
-    for (auto* q : s.row_index) CK(cudaFree(q));
+    free_setup(s);
   }
   return 0;
 }
