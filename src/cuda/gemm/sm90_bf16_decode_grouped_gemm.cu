@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "sm90_bf16_fp8_block_grouped_gemm.hpp"
+#include "sm90_bf16_grouped_params.cuh"
 #include "sm90_decode_launch.cuh"
 
 namespace moekit::gemm::detail {
@@ -36,26 +37,14 @@ using Decode16 = DecodeConfig<4, 1, 2, 4, 3, false>;
 std::size_t bf16_decode_grouped_gemm_workspace_bytes(int) { return 0; }
 
 void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
-  sm90_w4a16::Params p{};
-  p.expert_offsets = args.expert_offsets;
+  sm90_w4a16::Params p = sm90_w4a16::grouped_gemm_output_params(args);
   p.a = static_cast<const __nv_bfloat16*>(args.a);
   p.lda = args.lda;
   p.w = static_cast<const std::uint8_t*>(args.b);
-  p.out = static_cast<__nv_bfloat16*>(args.d);
-  p.ldo = args.ldd;
-  p.num_experts = args.num_experts;
-  p.n = static_cast<int>(args.n);
-  p.k = static_cast<int>(args.k);
-  p.m = static_cast<int>(args.max_rows);
   p.row_index = args.row_index;
   sm90_decode::set_decode_routing(args.routing, "grouped_gemm(bf16, decode)", args.max_rows, args.n,
                                   args.expert_offsets, args.row_index, args.gated == nullptr,
                                   args.d, args.ldd, p);
-  if (args.gated != nullptr) {
-    p.bias = args.gated->bias;
-    p.swiglu_alpha = args.gated->swiglu_alpha;
-    p.swiglu_limit = args.gated->swiglu_limit;
-  }
   const sm90_decode::DecodeLaunch l{"grouped_gemm(bf16, decode)",
                                     args.num_experts,
                                     args.max_rows,

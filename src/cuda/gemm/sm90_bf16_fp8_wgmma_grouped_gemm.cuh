@@ -47,6 +47,7 @@
 #include "cuda/runtime/sm90_tensor_map.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
+#include "sm90_bf16_grouped_params.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_ops.cuh"
 #include "sm90_wgmma_pipeline.cuh"
@@ -542,22 +543,10 @@ void run_wgmma_grouped_gemm(const GroupedGemmArgs& args, const char* where) {
   MOEKIT_CHECK_ARG(args.max_rows < (std::int64_t{1} << 31) && args.n < (std::int64_t{1} << 30),
                    "max_rows", "below 2^31 (and n below 2^30)", args.max_rows);
   WgmmaGemmParams wp{};
-  Params& p = wp.p;
-  p.expert_offsets = args.expert_offsets;
-  p.out = static_cast<__nv_bfloat16*>(args.d);
-  p.ldo = args.ldd;
-  p.num_experts = args.num_experts;
-  p.n = static_cast<int>(args.n);
-  p.k = static_cast<int>(args.k);
-  p.m = static_cast<int>(args.max_rows);
+  wp.p = sm90_w4a16::grouped_gemm_output_params(args);
   wp.a_scales = args.a_scales;
   wp.b_scales = args.b_scales;
   const bool gated = args.gated != nullptr;
-  if (gated) {
-    p.bias = args.gated->bias;
-    p.swiglu_alpha = args.gated->swiglu_alpha;
-    p.swiglu_limit = args.gated->swiglu_limit;
-  }
   const WgmmaGemmMaps maps = wgmma_gemm_maps<Cfg>(args, gated);
   const auto stream = static_cast<cudaStream_t>(args.stream);
   cudaError_t err = cudaSuccess;

@@ -349,18 +349,11 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
     const auto off = offsets_of(counts);
     const int used = off[E], rows = used + 3;
     std::mt19937_64 rng(seed + static_cast<std::uint64_t>(K));
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<std::uint16_t> x_bits(static_cast<std::size_t>(tokens) * K),
-        w_bits(static_cast<std::size_t>(E) * N * K);
-    std::vector<float> x(x_bits.size()), w(w_bits.size()), bias(static_cast<std::size_t>(E) * N);
-    const float w_scale = 2.0f / std::sqrt(static_cast<float>(K));  // keeps h ~ N(0, 4)
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(x_bits[i] = float_to_bf16(dist(rng)));
-    for (std::size_t i = 0; i < w.size(); ++i)
-      w[i] = bf16_to_float(w_bits[i] = float_to_bf16(dist(rng) * w_scale));
-    for (auto& b : bias) b = dist(rng);
+    const GatedInputs in = random_gated_inputs(rng, static_cast<std::size_t>(tokens), E, N, K);
+    const std::vector<float>&x = in.x, &w = in.w, &bias = in.bias;
     std::vector<std::int32_t> row_index(static_cast<std::size_t>(rows));
     for (auto& r : row_index) r = static_cast<std::int32_t>(rng() % tokens);
-    DeviceArray<std::uint16_t> d_x(x_bits), d_w(w_bits);
+    DeviceArray<std::uint16_t> d_x(in.x_bits), d_w(in.w_bits);
     DeviceArray<float> d_bias(bias);
     DeviceArray<std::int32_t> d_off(off), d_ri(row_index);
     const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);

@@ -130,6 +130,31 @@ inline std::vector<double> grouped_reference(const std::vector<float>& a,
   return d;
 }
 
+// Random inputs of the fused-GEMM1 tests, drawn from rng in this order: x [x_rows, k] ~ N(0, 1),
+// w [E, n, k] ~ N(0, 1) * 2 / sqrt(k) (keeps the pre-activations ~ N(0, 4)), bias [E, n] ~ N(0, 1);
+// x and w as bf16 bits and as the floats those bits hold.
+struct GatedInputs {
+  std::vector<std::uint16_t> x_bits, w_bits;
+  std::vector<float> x, w, bias;
+};
+inline GatedInputs random_gated_inputs(std::mt19937_64& rng, std::size_t x_rows, int E, int n,
+                                       int k) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  GatedInputs in;
+  in.x_bits.resize(x_rows * k);
+  in.w_bits.resize(static_cast<std::size_t>(E) * n * k);
+  in.x.resize(in.x_bits.size());
+  in.w.resize(in.w_bits.size());
+  in.bias.resize(static_cast<std::size_t>(E) * n);
+  const float w_scale = 2.0f / std::sqrt(static_cast<float>(k));
+  for (std::size_t i = 0; i < in.x.size(); ++i)
+    in.x[i] = bf16_to_float(in.x_bits[i] = float_to_bf16(dist(rng)));
+  for (std::size_t i = 0; i < in.w.size(); ++i)
+    in.w[i] = bf16_to_float(in.w_bits[i] = float_to_bf16(dist(rng) * w_scale));
+  for (auto& b : in.bias) b = dist(rng);
+  return in;
+}
+
 // The gated activation of the fused-GEMM1 tests: SiLU-and-mul, or SwiGLU-OAI with gpt-oss's alpha
 // and a small limit (both clamps bind for part of the outputs), with the device bias f32 [E, N].
 constexpr float kTestSwigluAlpha = 1.702f, kTestSwigluLimit = 1.5f;
