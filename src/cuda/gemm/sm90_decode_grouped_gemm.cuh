@@ -13,8 +13,8 @@
 // so the unit-boundary code exists once per group rather than once per
 // unrolled stage (a small instruction footprint). No
 // barrier in the main loop: the kWarpsK warps of a CTA split K and meet once
-// per unit, where warp 0 adds the partial sums in warp order (deterministic)
-// and runs the epilogue while the others keep streaming. Shared helpers:
+// per unit, where they add the partial sums in warp order (deterministic), each
+// warp for its share of the accumulator tiles, and run the epilogue. Shared helpers:
 // sm90_w4a16_grouped_gemm.cuh.
 //
 // Split-K across CTAs (few units, e.g. M = 1 or a 2-expert GEMM2): launched as a
@@ -27,9 +27,9 @@
 // Fused routing (kRouted, Params::topk_ids, moekit/gemm/decode_routing.hpp): warp 0 of every CTA
 // sorts the <= kDecodeRoutingMaxRows rows by expert in shared memory (warp_permutation) in the
 // prologue; the units' rows and (GEMM1) the A row of each sorted row come from there. With
-// reduce_out, after the streaming loop the epilogue warp fences once and counts the CTA's units on
-// their column blocks' counters; the CTA that counts a block's last unit runs the block's weighted
-// top-k reduce (topk_reduce8) from the stored rows, with all its threads.
+// reduce_out, after the streaming loop every warp fences once (its stored rows) and warp 0 counts
+// the CTA's units on their column blocks' counters; the CTA that counts a block's last unit runs
+// the block's weighted top-k reduce (topk_reduce8) from the stored rows, with all its threads.
 #pragma once
 
 #include "cuda/finalize/topk_reduce.cuh"
@@ -406,6 +406,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   };
   zero_acc();
 
+  // The unit-end epilogue shared by the K-warps (below) where there are two or more
+  // accumulator tiles to share out.
+  constexpr bool kSharedEpilogue = Cfg::kWarpsK > 1 && Cfg::kTilesM * Cfg::kTilesN > 1;
   const bool never = p.k <= 0;  // the launcher checked k > 0
   for (int q = 0; q < groups; ++q) {
 #pragma unroll
@@ -443,10 +446,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     advance_load();
     cu_ci += Cfg::kStages;
     if (cu_ci < per_unit) continue;
-    // Unit end (uniform across the cluster): reduce over K warps, epilogue by warp 0 of CTA
-    // rank 0.
+    // Unit end (uniform across the cluster): reduce over K warps and run the epilogue.
     float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
-    if (Cfg::kWarpsK > 1 || csize > 1) {
+    if (kSharedEpilogue && csize == 1) {
+      // Every K-warp stores its partial sums; after one barrier, warp w reduces and stores the
+      // accumulator tiles w, w + kWarpsK, .. (the sum in warp order 0, 1, ..: the arithmetic of
+      // the single-warp form below, bitwise). The barrier then waits for the slowest K-warp
+      // only, not for one warp's whole epilogue.
+#pragma unroll
+      for (int m = 0; m < Cfg::kTilesM; ++m)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            buf[((wk * Cfg::kTilesM + m) * Cfg::kTilesN * 4 + nt * 4 + r) * 32 + lane] =
+                acc[m][nt][r];
+      __syncthreads();
+      const Unit un = decode_unit(cu_unit);
+#pragma unroll 1
+      for (int i = wk; i < Cfg::kTilesM * Cfg::kTilesN; i += Cfg::kWarpsK) {
+        const int m = i / Cfg::kTilesN, nt = i % Cfg::kTilesN;
+        if (un.rt0 + m >= row_tiles16) continue;
+        float c[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) c[r] = buf[(i * 4 + r) * 32 + lane];
+#pragma unroll 1
+        for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            c[r] += buf[((w * Cfg::kTilesM * Cfg::kTilesN + i) * 4 + r) * 32 + lane];
+        store_tile<kEpi, Codec>(p, c, un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end, g, t);
+      }
+    } else if (Cfg::kWarpsK > 1 || csize > 1) {
       if (wk > 0 || crank > 0) {
 #pragma unroll
         for (int m = 0; m < Cfg::kTilesM; ++m)
@@ -462,7 +493,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       else
         __syncthreads();
     }
-    if (wk == 0 && crank == 0) {
+    if (!(kSharedEpilogue && csize == 1) && wk == 0 && crank == 0) {
       for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
 #pragma unroll
         for (int m = 0; m < Cfg::kTilesM; ++m)
@@ -508,16 +539,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   if constexpr (kRouted && kEpi == 0) {
     // The fused reduce, after the streaming (a fence in the loop would wait for the warp's loads
-    // in flight): the epilogue warp counts this CTA's units on their blocks' counters, 32 at a time
-    // (one fence for all their rows before, all atomics in flight together), lists the blocks
-    // whose last unit it counted (in the routing scratch, free after the prologue), and the whole
-    // CTA reduces them.
+    // in flight): warp 0 counts this CTA's units on their blocks' counters, 32 at a time (one
+    // fence per warp for the rows it stored before, all atomics in flight together), lists the
+    // blocks whose last unit it counted (in the routing scratch, free after the prologue), and the
+    // whole CTA reduces them.
     if (p.reduce_out != nullptr && crank == 0) {  // uniform over the CTA
       int* list = r_running;                      // [0]: count, then <= 32 blocks
-      if (wk == 0) {
-        __threadfence();  // release: this CTA's rows before its counts
-        __syncwarp();
-      }
+      __threadfence();  // release: this CTA's rows (each warp its own) before its counts
+      __syncthreads();
       for (int i0 = 0; i0 < my_units; i0 += 32) {
         if (wk == 0) {
           const int i = i0 + lane;
