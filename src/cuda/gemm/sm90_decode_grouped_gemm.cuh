@@ -545,8 +545,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // whole CTA reduces them.
     if (p.reduce_out != nullptr && crank == 0) {  // uniform over the CTA
       int* list = r_running;                      // [0]: count, then <= 32 blocks
-      __threadfence();  // release: this CTA's rows (each warp its own) before its counts
+      // Release: this CTA's rows before its counts. Every warp stored some: each fences its own,
+      // then (after the barrier) the counting warp fences again, cumulatively over all of them.
+      __threadfence();
       __syncthreads();
+      if (wk == 0) __threadfence();
       for (int i0 = 0; i0 < my_units; i0 += 32) {
         if (wk == 0) {
           const int i = i0 + lane;
