@@ -478,6 +478,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         store_tile<kEpi, Codec>(p, c, un.e, un.rt0 + m, un.row_begin + nt * 8, un.row_end, g, t);
       }
     } else if (Cfg::kWarpsK > 1 || csize > 1) {
+      // The partial-sum stores of the branch above, for K-warps 1.. only. Two copies on purpose:
+      // factoring them into one lambda or helper changed the SASS of the decode kernels
+      // (cuobjdump, 2026-12-02d: the single-tile bf16 ones rescheduled), which were measured as
+      // they are.
       if (wk > 0 || crank > 0) {
 #pragma unroll
         for (int m = 0; m < Cfg::kTilesM; ++m)
