@@ -448,7 +448,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (cu_ci < per_unit) continue;
     // Unit end (uniform across the cluster): reduce over K warps and run the epilogue.
     float* buf = red + (cu_unit & 1) * (Cfg::kWarpsK * Cfg::kAccRegs * 32);
-    if (kSharedEpilogue && csize == 1) {
+    // The K-warps share the unit-end work; a cluster keeps warp 0 of rank 0 reducing over DSMEM.
+    const bool shared_end = kSharedEpilogue && csize == 1;
+    if (shared_end) {
       // Every K-warp stores its partial sums; after one barrier, warp w reduces and stores the
       // accumulator tiles w, w + kWarpsK, .. (the sum in warp order 0, 1, ..: the arithmetic of
       // the single-warp form below, bitwise). The barrier then waits for the slowest K-warp
@@ -497,7 +499,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       else
         __syncthreads();
     }
-    if (!(kSharedEpilogue && csize == 1) && wk == 0 && crank == 0) {
+    if (!shared_end && wk == 0 && crank == 0) {
       for (int w = 1; w < Cfg::kWarpsK; ++w)  // fixed order: deterministic
 #pragma unroll
         for (int m = 0; m < Cfg::kTilesM; ++m)
