@@ -16,6 +16,7 @@
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/reference.hpp"
 #include "moekit/moe/weights.hpp"
+#include "moekit/quant/scheme.hpp"
 
 namespace moekit {
 
@@ -75,8 +76,12 @@ std::vector<std::string> run_backend_names();
 // "auto" -> the best available backend; a known name -> itself; otherwise moekit::Error naming
 // the value and the valid ones.
 std::string resolve_run_backend(std::string_view requested);
-// Relative-L2 bound for a backend's output vs the float64 reference in a numeric mode.
-double run_error_bound(std::string_view backend, MoeNumerics numerics);
+// Relative-L2 bound for a backend's output vs the float64 reference in a numeric mode. With
+// emulated activation quantization the reference's bound grows on small problems, where one
+// intermediate element rounding to the neighbouring code weighs more: activation_scheme is the
+// emulated activation quantization, requantized_elements the intermediate's size (M x top-k x I).
+double run_error_bound(std::string_view backend, MoeNumerics numerics,
+                       QuantScheme activation_scheme, std::int64_t requantized_elements);
 
 // Everything a backend needs to run one layer.
 struct LayerRunInputs {
