@@ -1,7 +1,6 @@
 // The job behind `moekit run` (run_job.hpp).
 #include "moekit/moe/run_job.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <map>
 #include <cmath>
@@ -140,25 +139,11 @@ std::string resolve_run_backend(std::string_view requested) {
 
 double run_error_bound(std::string_view backend, MoeNumerics numerics,
                        QuantScheme activation_scheme, std::int64_t requantized_elements) {
-  MOEKIT_CHECK_ARG(requantized_elements >= 0, "requantized_elements", ">= 0", requantized_elements);
   if (backend == "reference") {
     // fp32 accumulation vs float64 (w4a16).
     if (numerics == MoeNumerics::kWeightOnly) return 1e-5;
-    // With activation-quant emulation the reference's fp32 intermediate (GEMM1 + activation) and
-    // the float64 one differ by ~1e-6 relative, so an element sitting on a rounding boundary may
-    // take the neighbouring code in one of them. Such a flip moves that element by one ulp, at
-    // most 2^-m |x| (m: mantissa bits of the activation elements, 3 e4m3, 1 e2m1, 7 bf16), and the
-    // output by a relative L2 of about (|x| / rms) 2^-m / sqrt(N), N = the re-quantized elements
-    // (tokens x top-k x I, each feeding H outputs through independent random weights). The bound
-    // admits the root-sum-square of a few flips at elements up to 8x the rms: 8 2^-m / sqrt(N).
-    // On large problems the many small flips stay below 2e-3 (seed sweeps: tiny preset, 13 tokens,
-    // I 128, fp8_block: 1 seed in 300 at 4.0e-3 = one flip; 64 tokens, I 512: max 4.5e-4).
-    const int mantissa_bits = is_fp4(activation_scheme) ? 1 : is_fp8(activation_scheme) ? 3 : 7;
-    const double few_flips =
-        requantized_elements > 0
-            ? 8.0 * std::ldexp(1.0, -mantissa_bits) / std::sqrt(double(requantized_elements))
-            : 0.0;
-    return std::max(2e-3, few_flips);
+    // With activation-quant emulation: a few elements rounding to neighbouring codes.
+    return emulation_error_bound(activation_scheme, requantized_elements);
   }
   // CUDA backends (bounds as in tests/cuda/layer/cuda_layer_test.cpp): bf16 inputs and weights
   // exact in bf16, with the GEMM1/activation output, each expert output and the sum rounded to

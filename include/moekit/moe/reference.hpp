@@ -44,6 +44,12 @@ struct MoeReferenceOptions {
 // (W4A8), FP8 128x128 -> FP8 1x128 (DeepSeek), FP8 per-tensor -> FP8 per-tensor, BF16 -> BF16.
 QuantConfig default_activation_quant(QuantScheme weight_scheme);
 
+// Relative-L2 bound of the fp32 reference vs the float64 one (naive_reference) when both emulate
+// activation quantization: an intermediate element on a rounding boundary may take neighbouring
+// codes in the two, which weighs more on small problems. activation_scheme: the emulated
+// activation quantization; requantized_elements: the intermediate's size (M x top-k x I).
+double emulation_error_bound(QuantScheme activation_scheme, std::int64_t requantized_elements);
+
 // logits = hidden_states @ router.weight^T (+ router.bias): [M, E] f32, fp32 accumulation.
 Tensor router_logits_reference(const TensorView& hidden_states, const RouterWeights& router);
 
