@@ -77,8 +77,7 @@ void run_layer_on_cuda(Backend backend, const LayerRunInputs& in, const TensorVi
   p.weight_quant = in.weights->quant;
   p.activation_quant = in.options.numerics == MoeNumerics::kWeightOnly
                            ? QuantConfig{}
-                           : in.options.activation_quant.value_or(
-                                 default_activation_quant(in.weights->quant.scheme));
+                           : emulated_activation_quant(in.options, in.weights->quant.scheme);
   p.activation_dtype = DType::kBF16;
   FusedMoEKernel kernel = make_moe_kernel(backend, p);
   kernel.set_router(route_cuda);
@@ -298,10 +297,6 @@ RunJobReport run_job(const RunJobOptions& options) {
   r.backend = backend;
   r.seed = options.seed;
   r.threads = num_threads();
-  const QuantScheme activation_scheme =
-      activation_quant ? activation_quant->scheme : default_activation_quant(quant.scheme).scheme;
-  r.bound = run_error_bound(backend, numerics, activation_scheme,
-                            tokens * config.top_k() * config.intermediate_size);
   r.setup_ms = ms_since(t_setup);
 
   LayerRunInputs in;
@@ -314,6 +309,9 @@ RunJobReport run_job(const RunJobOptions& options) {
   in.topk_weights = given_weights.view();
   in.options.numerics = numerics;
   in.options.activation_quant = activation_quant;
+  r.bound = run_error_bound(backend, numerics,
+                            emulated_activation_quant(in.options, weights.quant.scheme).scheme,
+                            tokens * config.top_k() * config.intermediate_size);
   Tensor out(DType::kF32, Shape{tokens, config.hidden_size});
   const auto t_layer = std::chrono::steady_clock::now();
   run_layer_on_backend(backend, in, out);

@@ -241,9 +241,8 @@ TEST(MoeReference, ReluSquaredUngatedWeights) {
 // looser than kFp32Bound but far below the quantization error itself (checked against w4a16).
 // The emulation bound of a problem: emulation_error_bound for its activation scheme and size.
 double emulate_bound(const Problem& p, const MoeReferenceOptions& opt) {
-  const QuantScheme act =
-      opt.activation_quant.value_or(default_activation_quant(p.weights.quant.scheme)).scheme;
-  return emulation_error_bound(act, p.routing.topk_ids.numel() * p.config.intermediate_size);
+  return emulation_error_bound(emulated_activation_quant(opt, p.weights.quant.scheme).scheme,
+                               p.routing.topk_ids.numel() * p.config.intermediate_size);
 }
 
 TEST(MoeReferenceEmulate, ErrorBoundPerFormatAndSize) {

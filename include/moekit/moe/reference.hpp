@@ -43,6 +43,10 @@ struct MoeReferenceOptions {
 // The activation scheme a W?A? kernel pairs with a weight scheme: NVFP4 -> NVFP4, MXFP4 -> MXFP8
 // (W4A8), FP8 128x128 -> FP8 1x128 (DeepSeek), FP8 per-tensor -> FP8 per-tensor, BF16 -> BF16.
 QuantConfig default_activation_quant(QuantScheme weight_scheme);
+// The activation quantization the emulation applies: options.activation_quant if set, else
+// default_activation_quant(weight_scheme).
+QuantConfig emulated_activation_quant(const MoeReferenceOptions& options,
+                                      QuantScheme weight_scheme);
 
 // Relative-L2 bound of the fp32 reference vs the float64 one (naive_reference) when both emulate
 // activation quantization: an intermediate element on a rounding boundary may take neighbouring

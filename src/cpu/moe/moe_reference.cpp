@@ -105,6 +105,11 @@ QuantConfig default_activation_quant(QuantScheme weight_scheme) {
   return c;
 }
 
+QuantConfig emulated_activation_quant(const MoeReferenceOptions& options,
+                                      QuantScheme weight_scheme) {
+  return options.activation_quant.value_or(default_activation_quant(weight_scheme));
+}
+
 double emulation_error_bound(QuantScheme activation_scheme, std::int64_t requantized_elements) {
   MOEKIT_CHECK_ARG(requantized_elements >= 0, "requantized_elements", ">= 0", requantized_elements);
   // The fp32 intermediate (GEMM1 + activation) and the float64 one differ by ~1e-6 relative, so an
@@ -213,8 +218,7 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
                      "in [0, " + std::to_string(num_experts) + ")", ids[s]);
   }
   const bool emulate = options.numerics == MoeNumerics::kEmulateActivationQuant;
-  const QuantConfig act =
-      options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
+  const QuantConfig act = emulated_activation_quant(options, weights.quant.scheme);
   const TensorView a13 =
       emulate ? static_activation_scale(weights.a13_scale, act, "a13_scale") : TensorView{};
   const TensorView a2 =

@@ -76,8 +76,7 @@ std::vector<double> moe_naive_reference(const TensorView& hidden_states, const T
   const bool gated = is_gated(config.activation.kind);
   const bool on_input = config.routing.method == RoutingMethod::kLlama4;
   const bool emulate = options.numerics == MoeNumerics::kEmulateActivationQuant;
-  const QuantConfig act =
-      options.activation_quant.value_or(default_activation_quant(weights.quant.scheme));
+  const QuantConfig act = emulated_activation_quant(options, weights.quant.scheme);
   const std::int64_t rows13 = gated ? 2 * n : n;
 
   // Dequantized weights of every expert used, widened to float64.
