@@ -3,7 +3,7 @@
 # then `moekit bench` runs, all from prebuilt binaries (.devbin-abz/bins.tar.xz: moekit_new,
 # moekit_gpu_tests, optionally moekit_old). Each bench argument is one quoted argument list for
 # `moekit bench`; prefixed with "old:" it runs moekit_old (an in-run A/B against the old build);
-# a leading VAR=value word is set in the environment of that run.
+# leading VAR=value words are set in the environment of that run.
 #   TESTS=<gtest filter> SAN=<gtest filter> bash bench/run_device_tests_bench.sh "<args>" ...
 # A step starts only while less than BUDGET (default 540) seconds have passed.
 set -u
@@ -32,8 +32,10 @@ for args in "$@"; do
   bin=$B/moekit_new
   case "$args" in old:*) bin=$B/moekit_old; args=${args#old:} ;; esac
   envs=""
-  first=${args%% *}
-  case "$first" in -*) ;; *=*) envs=$first; args=${args#* } ;; esac
+  while :; do
+    first=${args%% *}
+    case "$first" in -*) break ;; *=*) envs="$envs $first"; args=${args#* } ;; *) break ;; esac
+  done
   # shellcheck disable=SC2086
   env $envs timeout "$(left)" $bin bench $args --json "$OUT/bench_$n.json" >"$OUT/bench_$n.log" 2>&1
   step "bench $n rc=$?: $envs $(basename $bin) $args"

@@ -87,6 +87,7 @@ struct WgmmaGemmParams {
   Params p;               // expert_offsets, out / ldo, bias (gated), n, k, num_experts, swiglu
   const float* a_scales;  // fp8: [rows][k / 128] (the gathered activations' 1x128 scales)
   const float* b_scales;  // fp8: [E][ceil(n / 128)][k / 128]
+  int fp8_in_turn;        // fp8: the warpgroups issue their stages in turn (else in step)
 };
 
 // The TMA descriptors of one launch (encoded by the launcher). a / a_narrow: the activations,
@@ -111,15 +112,17 @@ struct WgmmaGemmConfig {
   // fp8: the scale warp keeps two stages of scales and two cursors).
   static constexpr int kProducerRegs = kFp8 ? 56 : 40, kConsumerRegs = kFp8 ? 224 : 232;
   // Stage slot: the activations (kTokens rows x 128 B), the weights (kRows x 128 B), fp8: the
-  // kTokens scale products (f32); 1024-aligned (the swizzle atom).
+  // kTokens scale products (f32) and their mbarrier (the scale warp's 32 lanes arrive on it:
+  // a barrier of thread arrivals only, apart from the TMA's full one); 1024-aligned (the swizzle
+  // atom).
   static constexpr int kWOffset = kTokens * 128;
   static constexpr int kScalesOffset = kWOffset + kRows * 128;
+  static constexpr int kScalesBarOffset = kScalesOffset + kTokens * 4;
   static constexpr int kStageBytes =
-      (kScalesOffset + (kFp8 ? kTokens * 4 : 0) + 1023) / 1024 * 1024;
+      (kScalesOffset + (kFp8 ? kTokens * 4 + 8 : 0) + 1023) / 1024 * 1024;
   // As many stages as fit next to the expert prefix of up to 512 experts (at most 8).
   static constexpr int kSmemBudget = 227 * 1024 - 1024 - expert_prefix_bytes(512);
   static constexpr int kStages = std::min(8, kSmemBudget / (kStageBytes + 16));
-  static constexpr int kFullArrivals = kFp8 ? 1 + 32 : 1;  // the TMA issuer (+ the scale warp)
   static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
   static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
   static_assert(kStages >= 3, "ring");
@@ -165,6 +168,15 @@ __device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint3
 // The 256 consumer threads only (named barrier 1; the producer warpgroup never joins it).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+// fp8 issue order (named barriers 2 and 3, 256 threads: one warpgroup arrives, the other waits):
+// warpgroup 0 issues stage s after warpgroup 1 issued stage s - 1, warpgroup 1 stage s after
+// warpgroup 0 issued it, over the CTA's whole stage sequence (across units).
+__device__ __forceinline__ void issued_arrive(int bar) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void issued_wait(int bar) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
 }
 // The epilogue of a unit, staged through its last stage slot (both consumer warpgroups are done
 // with it: the caller synchronized them): the bf16 output tile [tokens][the CTA tile's columns]
@@ -305,12 +317,12 @@ __device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const 
     v[b].load(wp, ahead.un, ahead.c, lane);
     ahead.advance(wp.p, tile_start);
   }
-  // One stage of v[b]: wait for its slot, store, arrive (release: the lane's stores before the
-  // consumers' reads), then load the stage two ahead into v[b].
+  // One stage of v[b]: wait for its slot, store, arrive on the slot's scale barrier (release: the
+  // lane's stores before the consumers' reads), then load the stage two ahead into v[b].
   auto step = [&](StageScales<Cfg>& x) {
     f.wait_slot_free(sm.empty(f.slot));
     x.store(sm.slot(f.slot) + Cfg::kScalesOffset, lane);
-    mbar_arrive(sm.full(f.slot));
+    mbar_arrive(sm.slot(f.slot) + Cfg::kScalesBarOffset);
     f.advance(wp.p, tile_start);
     if (ahead.u < units) {
       x.load(wp, ahead.un, ahead.c, lane);
@@ -324,11 +336,12 @@ __device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const 
 }
 
 // One unit (expert un.e, CTA row tile un.cta_rt, token tile from un.row_begin) on the consumer
-// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N.
+// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N. first /
+// last: the CTA's first / last unit (fp8 in turn: where the issue order starts and ends).
 template <typename Cfg, int kN, int kEpi>
 __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
                                                 const WgmmaGemmSmem<Cfg>& sm, std::uint32_t seq,
-                                                const WgmmaUnit& un) {
+                                                const WgmmaUnit& un, bool first, bool last) {
   using Elem = typename Cfg::Elem;
   const Params& p = wp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, t = lane % 4;
@@ -395,11 +408,18 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
         }
       }
     };
-    // Issue, retire, promote: the other warpgroup's MMAs run during this one's promotion.
+    // Issue, retire, promote. In turn (wp.fp8_in_turn), the tensor cores run one warpgroup's
+    // chain while the other promotes (in step, both promote at once and the tensor cores idle):
+    // warpgroup 0 issues stage c after warpgroup 1 issued c - 1 (barrier 3), warpgroup 1 after
+    // warpgroup 0 issued c (barrier 2).
+    const bool in_turn = wp.fp8_in_turn != 0;
     float acc[1][kN / 8][4];
     for (int c = 0; c < stages; ++c) {
       mbar_wait(sm.full(rd), ph);
+      mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
+      if (in_turn && (wg == 1 || !first || c > 0)) issued_wait(wg == 1 ? 2 : 3);
       issue(acc, sm.slot(rd), c);
+      if (in_turn && (wg == 0 || !last || c + 1 < stages)) issued_arrive(wg == 0 ? 2 : 3);
       wgmma_wait<0>();
       promote(acc, sm.slot(rd), c == 0);
       if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
@@ -422,7 +442,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const WgmmaGemmSmem<Cfg> sm(ring);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  if (tid == 0) sm.init(Cfg::kConsumers / 32, Cfg::kFullArrivals);
+  if (tid == 0) {
+    if constexpr (Cfg::kFp8) {
+      for (int s = 0; s < Cfg::kStages; ++s)
+        cuda::sm90::mbar_init(sm.slot(s) + Cfg::kScalesBarOffset, 32);
+    }
+    sm.init(Cfg::kConsumers / 32);  // (its fence publishes the scale barriers too)
+  }
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers
 
@@ -445,10 +471,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   std::uint32_t seq = 0;  // stages consumed so far (ring slot / mbarrier phase)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
     const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
+    const bool first = u == static_cast<int>(blockIdx.x), last = u + gridDim.x >= units;
     if (!Cfg::kNarrowTails || un.row_end - un.row_begin > Cfg::kNarrow) {
-      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un);
+      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un, first, last);
     } else {
-      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un);
+      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un, first, last);
     }
   }
 }
@@ -529,6 +556,17 @@ inline std::string wgmma_tile_name(const GroupedGemmArgs& args, bool fp8) {
   return tile;
 }
 
+// Host: whether the fp8 warpgroups issue their stages in turn (wgmma_gemm_unit);
+// MOEKIT_WGMMA_FP8_IN_TURN=0 runs them in step (measurements; results are the same bits either
+// way: the order only moves when each warpgroup's MMAs start).
+inline bool wgmma_fp8_in_turn() {
+  const char* env = std::getenv("MOEKIT_WGMMA_FP8_IN_TURN");
+  if (env == nullptr || *env == 0) return true;
+  const std::string v = env;
+  MOEKIT_CHECK_ARG(v == "0" || v == "1", "MOEKIT_WGMMA_FP8_IN_TURN", "0 or 1", v);
+  return v == "1";
+}
+
 // Host: validates what only this config needs and launches Cfg for the validated `args`
 // (grouped_gemm's checks; gated only for bf16). `where` names the call in errors.
 template <typename Cfg>
@@ -546,6 +584,7 @@ void run_wgmma_grouped_gemm(const GroupedGemmArgs& args, const char* where) {
   wp.p = sm90_w4a16::grouped_gemm_output_params(args);
   wp.a_scales = args.a_scales;
   wp.b_scales = args.b_scales;
+  wp.fp8_in_turn = Cfg::kFp8 && wgmma_fp8_in_turn();
   const bool gated = args.gated != nullptr;
   const WgmmaGemmMaps maps = wgmma_gemm_maps<Cfg>(args, gated);
   const auto stream = static_cast<cudaStream_t>(args.stream);

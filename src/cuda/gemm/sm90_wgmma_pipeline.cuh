@@ -49,9 +49,8 @@ __host__ __device__ constexpr int expert_prefix_bytes(int num_experts) {
 }
 
 // The ring in shared memory: kStages slots of kStageBytes from `ring` (1024-aligned: the swizzle
-// atom), then per slot a full mbarrier (count full_arrivals: the producer's arrive.expect_tx, and
-// any other producer threads that fill part of the slot) and an empty one (one arrival per
-// consumer warp). kBytes in all.
+// atom), then per slot a full mbarrier (the producer's arrive.expect_tx, completed by its TMA
+// copies) and an empty one (one arrival per consumer warp). kBytes in all.
 template <int kStages, int kStageBytes>
 struct WgmmaRing {
   static constexpr int kBytes = kStages * (kStageBytes + 16);
@@ -62,9 +61,9 @@ struct WgmmaRing {
   __device__ std::uint32_t full(std::uint32_t s) const { return bars + 8 * s; }
   __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (kStages + s); }
   // One thread, before the CTA barrier that publishes the barriers to the others.
-  __device__ void init(int consumer_warps, int full_arrivals = 1) const {
+  __device__ void init(int consumer_warps) const {
     for (int s = 0; s < kStages; ++s) {
-      cuda::sm90::mbar_init(full(s), full_arrivals);
+      cuda::sm90::mbar_init(full(s), 1);
       cuda::sm90::mbar_init(empty(s), consumer_warps);
     }
     cuda::sm90::fence_mbar_init();

@@ -42,9 +42,10 @@ std::vector<std::uint8_t> pad_rows(const std::uint8_t* compact, int rows, int k,
   return out;
 }
 
-// Runs one grouped GEMM of type t and kernel config on random data and checks it.
+// Runs one grouped GEMM of type t and kernel config on random data and checks it; the output's
+// bits ([rows][ldd]) into *bits_out when given.
 void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Case& c,
-                     std::uint64_t seed) {
+                     std::uint64_t seed, std::vector<std::uint16_t>* bits_out = nullptr) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " n " << c.n << " k " << c.k << " E "
                                     << c.counts.size() << " config "
                                     << gemm::grouped_gemm_config_name(config));
@@ -126,6 +127,7 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
     ::testing::Test::RecordProperty("rel_l2", std::to_string(err));
     EXPECT_LT(err, kGemmBound) << "rel L2 " << err;
   }
+  if (bits_out != nullptr) *bits_out = out_bits;
 }
 
 // Every kernel config built for the type on the same case.
@@ -184,26 +186,27 @@ TEST_P(GroupedGemm, MultiTileGrid) {
   run_case(GetParam(), {{300, 257, 511, 140}, 1024, 1024, 0}, test_seed());
 }
 
-// MOEKIT_WGMMA_GEMM_TILE=<tile> for the scope (the wgmma config's tile override), restored after.
-class ScopedWgmmaTile {
+// Environment variable `name` = `value` for the scope (the wgmma config's measurement overrides),
+// restored after.
+class ScopedEnv {
  public:
-  explicit ScopedWgmmaTile(const char* tile) {
-    if (const char* old = std::getenv(kName)) old_ = old, had_ = true;
-    setenv(kName, tile, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
   }
-  ~ScopedWgmmaTile() {
+  ~ScopedEnv() {
     if (had_) {
-      setenv(kName, old_.c_str(), 1);
+      setenv(name_.c_str(), old_.c_str(), 1);
     } else {
-      unsetenv(kName);
+      unsetenv(name_.c_str());
     }
   }
 
  private:
-  static constexpr const char* kName = "MOEKIT_WGMMA_GEMM_TILE";
-  std::string old_;
+  std::string name_, old_;
   bool had_ = false;
 };
+constexpr const char* kWgmmaTileEnv = "MOEKIT_WGMMA_GEMM_TILE";
 
 // Every tile of the wgmma config: experts of 0, 1, 31 (a narrow tail), 33, 145 (144 + 1), 160,
 // 161, 300 rows; N = 264 (N % 16 == 8: row g + 8 of the last 16-row tile past N; a partial CTA
@@ -217,11 +220,47 @@ TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
   for (const char* tile : {"128n", "144n", "160", "160r256"}) {
     if (fp8 && std::string(tile) == "160r256") continue;
     SCOPED_TRACE(tile);
-    ScopedWgmmaTile scoped(tile);
+    ScopedEnv scoped(kWgmmaTileEnv, tile);
     run_case_config(t, gemm::GroupedGemmConfig::kWgmma,
                     {{0, 1, 31, 33, 145, 160, 161, 300}, 264, 384, 5, 128, 16}, seed);
     if (!fp8)
       run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{7, 0, 150, 33}, 128, 200, 0}, seed);
+  }
+}
+
+// The fp8 wgmma issue order (the warpgroups' stages in turn, the default, or in step with
+// MOEKIT_WGMMA_FP8_IN_TURN=0) moves only when each warpgroup's MMAs start: the same bits either
+// way, on every fp8 tile, with more units than SMs (each CTA carries the order across its units,
+// narrow tails and empty experts among them; 16 weight-row tiles at N 2048) and with a one-stage K.
+// The fp8 stages also wait on their scale barrier (the scale warp's arrivals), on every tile.
+TEST(WgmmaGroupedGemm, Fp8IssueOrderKeepsTheBits) {
+  MOEKIT_REQUIRE_GPU();
+  if (!gemm::grouped_gemm_available(GroupedGemmType::kFP8Block128))
+    GTEST_SKIP() << "built without CUTLASS";
+  const std::uint64_t seed = test_seed();
+  const std::vector<int> counts = {0, 1, 31, 300, 161, 145, 33, 420, 160};
+  for (const char* tile : {"128n", "144n", "160"}) {
+    SCOPED_TRACE(tile);
+    ScopedEnv scoped_tile(kWgmmaTileEnv, tile);
+    for (const Case& c : {Case{counts, 2048, 256, 3}, Case{counts, 1024, 128, 0}}) {
+      std::vector<std::uint16_t> bits[2];
+      for (int in_turn = 0; in_turn < 2; ++in_turn) {
+        ScopedEnv scoped_order("MOEKIT_WGMMA_FP8_IN_TURN", in_turn ? "1" : "0");
+        run_case_config(GroupedGemmType::kFP8Block128, gemm::GroupedGemmConfig::kWgmma, c, seed,
+                        &bits[in_turn]);
+      }
+      EXPECT_TRUE(bits[0] == bits[1]) << "in turn and in step differ, k " << c.k;
+    }
+  }
+  // A value other than 0 / 1 is an error naming the variable, the expected and the actual value.
+  ScopedEnv bad("MOEKIT_WGMMA_FP8_IN_TURN", "yes");
+  try {
+    run_case_config(GroupedGemmType::kFP8Block128, gemm::GroupedGemmConfig::kWgmma,
+                    {{4}, 128, 128, 0}, seed);
+    ADD_FAILURE() << "no error for MOEKIT_WGMMA_FP8_IN_TURN=yes";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_WGMMA_FP8_IN_TURN: expected 0 or 1"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("yes"));
   }
 }
 
@@ -254,7 +293,7 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
                                 kTestSwigluAlpha, kTestSwigluLimit);
     for (const char* tile : {"128n", "144n", "160", "160r256"}) {
       SCOPED_TRACE(tile);
-      ScopedWgmmaTile scoped(tile);
+      ScopedEnv scoped(kWgmmaTileEnv, tile);
       std::vector<std::uint16_t> first;
       for (int run = 0; run < 2; ++run) {
         DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
