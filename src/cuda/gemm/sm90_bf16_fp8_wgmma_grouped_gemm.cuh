@@ -126,6 +126,8 @@ struct WgmmaGemmConfig {
   static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
   static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
   static_assert(kStages >= 3, "ring");
+  static_assert(!kFp8 || (kScalesBarOffset % 8 == 0 && kScalesBarOffset + 8 <= kStageBytes),
+                "the scale barrier: 8-byte aligned, inside the slot");
 
   static int smem_bytes(int num_experts) {
     return expert_prefix_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
@@ -193,6 +195,8 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
   constexpr int kRowBytes = kOutCols * 2, kChunks = kRowBytes / 16;
   constexpr int kPassTokens = std::min(kN, Cfg::kStageBytes / kRowBytes / 16 * 16);
   static_assert(kPassTokens >= 16 && kChunks >= 8, "staging rows");
+  static_assert(!Cfg::kFp8 || kPassTokens * kRowBytes <= Cfg::kScalesBarOffset,
+                "the staging keeps off the slot's scale barrier");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   const int g = lane / 4, t = lane % 4, q = lane / 8, j = lane % 8;
   const int out_cols = kGated ? p.n / 2 : p.n;
