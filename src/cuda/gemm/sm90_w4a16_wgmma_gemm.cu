@@ -19,8 +19,9 @@ namespace moekit::gemm {
 namespace sm90_w4a16 {
 namespace {
 
-// 128 weight rows x 32 tokens up to 32 rows per expert (4 stages, 3 CTAs per SM of 288 threads;
-// units of N = 8 / 16 / 32 by their rows), x 128 tokens (5 stages: 3 ahead) below 96, x 160 tokens
+// 128 weight rows x 32 tokens up to 32 rows per expert (4 stages, 3 CTAs per SM of 288 threads,
+// or 6 stages at 2 CTAs with at most 8 experts and 24 rows per expert; units of N = 8 / 16 / 32
+// by their rows), x 128 tokens (5 stages: 3 ahead) below 96, x 160 tokens
 // (4 stages: 2 ahead) from 96 (DeepSeek-V3 / gpt-oss at 4096 tokens: 128 +- 11 rows fit one token
 // tile), x 256 tokens (3 stages: 1 ahead, ~220 KB) from 384 (Mixtral at 4096 tokens: 1024). One
 // CTA per SM. Measured with v3 on the H200, layer, NVFP4, 2026-12-01g (us, 128 / 160 / 256):
@@ -39,6 +40,7 @@ using Wgmma160 = WgmmaConfig<160, 4>;
 using Wgmma256 = WgmmaConfig<256, 3>;
 constexpr std::int64_t kRowsFor256 = 384;
 constexpr std::int64_t kRowsFor32 = 32;
+constexpr int kFewExperts = 8;  // the 32-token tile at 2 CTAs per SM (w4a16_wgmma_launch)
 
 // The launch's TMA descriptors (WgmmaMaps): A rows in order, the codes as 8-byte elements.
 template <typename Cfg>
@@ -141,14 +143,22 @@ void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
   if (tokens == 256) return dispatch<Wgmma256>(args, params);
   if (tokens == 160) return dispatch<Wgmma160>(args, params);
   if (tokens == 32) {
-    // Measurement override: MOEKIT_W4A16_WGMMA_CTAS=1 | 2 | 3 (CTAs per SM; default 3).
-    static const int ctas = [] {
+    // CTAs per SM: 2 (6 stages each) with few experts and at most 24 rows per expert, else 3.
+    // Measured (H200, 2026-12-03, bench/results/layer_20261203_w4a16_wgmma32_ctas_ab.json): 2
+    // CTAs on mixtral (E 8) at 10..24 rows per expert 1-14% faster, at 32 rows 1-4% slower; on
+    // E 128 / 256 (qwen3, gpt-oss, deepseek-v3) 0-6% slower at every row count. E 9..127 and
+    // 25..31 rows were not measured: they keep 3.
+    // Measurement override: MOEKIT_W4A16_WGMMA_CTAS=1 | 2 | 3.
+    static const int forced_ctas = [] {
       const char* v = std::getenv("MOEKIT_W4A16_WGMMA_CTAS");
-      if (v == nullptr || *v == '\0') return 3;
+      if (v == nullptr || *v == '\0') return 0;
       const std::string s(v);
       MOEKIT_CHECK_ARG(s == "1" || s == "2" || s == "3", "MOEKIT_W4A16_WGMMA_CTAS", "1, 2 or 3", s);
       return std::stoi(s);
     }();
+    const int ctas = forced_ctas != 0                                           ? forced_ctas
+                     : args.num_experts <= kFewExperts && rows_per_expert <= 24 ? 2
+                                                                                : 3;
     if (ctas == 1) return dispatch<Wgmma32>(args, params);
     if (ctas == 2) return dispatch<Wgmma32x2>(args, params);
     return dispatch<Wgmma32x3>(args, params);

@@ -162,7 +162,8 @@ void run_case(const Case& c, std::uint32_t seed) {
   // some warps and CTAs get no chunk), filled / capped grids. 12-13: wgmma
   // (A in the wgmma K order; 128 x 128, m = 1024 gives full token tiles and
   // narrow tails, n = 80 / 112 a partial 128-row tile, 5 chunks a one-chunk
-  // last stage). 14-15: the wgmma 32-token tile (units of N = 8 / 16 / 32 by their rows).
+  // last stage). 14-15: the wgmma 32-token tile (units of N = 8 / 16 / 32 by their rows; on
+  // these 6 experts 2 CTAs per SM up to 24 rows per expert, m <= 129, and 3 above).
   struct Variant {
     W4Tile tile;
     int max_ctas, k_split;
