@@ -44,7 +44,8 @@
 //
 // The 32-token tile (2026-12-01i, 9..32 rows per expert): units of N = 8 / 16 / 32 by their rows
 // (WgmmaConfig::unit_n), 3 CTAs per SM of 288 threads whose producer is one warp (no setmaxnreg;
-// 72 registers each, so one chunk's MMAs in flight per warpgroup, hidden by the 24 warps per SM).
+// 72 registers each, so one chunk's MMAs in flight per warpgroup, hidden by the 24 warps per SM);
+// 2 CTAs of 6 stages with at most 8 experts and 24 rows per expert (2026-12-03).
 #pragma once
 
 #include <cuda.h>
