@@ -40,7 +40,10 @@ using Wgmma160 = WgmmaConfig<160, 4>;
 using Wgmma256 = WgmmaConfig<256, 3>;
 constexpr std::int64_t kRowsFor256 = 384;
 constexpr std::int64_t kRowsFor32 = 32;
-constexpr int kFewExperts = 8;  // the 32-token tile at 2 CTAs per SM (w4a16_wgmma_launch)
+// The 32-token tile at 2 CTAs per SM: at most kFewExperts experts and kFewExpertsMaxRows rows per
+// expert (w4a16_wgmma_launch).
+constexpr int kFewExperts = 8;
+constexpr std::int64_t kFewExpertsMaxRows = 24;
 
 // The launch's TMA descriptors (WgmmaMaps): A rows in order, the codes as 8-byte elements.
 template <typename Cfg>
@@ -156,9 +159,8 @@ void w4a16_wgmma_launch(const W4A16GemmArgs& args, const Params& params) {
       MOEKIT_CHECK_ARG(s == "1" || s == "2" || s == "3", "MOEKIT_W4A16_WGMMA_CTAS", "1, 2 or 3", s);
       return std::stoi(s);
     }();
-    const int ctas = forced_ctas != 0                                           ? forced_ctas
-                     : args.num_experts <= kFewExperts && rows_per_expert <= 24 ? 2
-                                                                                : 3;
+    const bool few = args.num_experts <= kFewExperts && rows_per_expert <= kFewExpertsMaxRows;
+    const int ctas = forced_ctas != 0 ? forced_ctas : few ? 2 : 3;
     if (ctas == 1) return dispatch<Wgmma32>(args, params);
     if (ctas == 2) return dispatch<Wgmma32x2>(args, params);
     return dispatch<Wgmma32x3>(args, params);
