@@ -395,21 +395,25 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     consumers_sync();
     store_unit<Cfg, kN, kEpi>(p, acc, sm.slot(prev), un);
   } else {
-    // tot += acc * s[column], s: the stage's scale products (in its slot).
+    // tot += acc * s[column], s: the stage's scale products (in its slot). tot starts at -0.0f,
+    // so that the first stage's fmaf(x, s, -0) is bitwise x * s (a zero keeps its sign): one
+    // FFMA per accumulator in every stage. (A runtime "first stage" test here made ptxas keep
+    // both forms, predicated FMUL and FFMA, and copy the accumulators between them: about twice
+    // the promotion's instructions per stage.)
     float tot[1][kN / 8][4];
-    auto promote = [&](float(&a)[1][kN / 8][4], std::uint32_t slot, bool first) {
+#pragma unroll
+    for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) tot[0][i][r] = -0.0f;
+    auto promote = [&](float(&a)[1][kN / 8][4], std::uint32_t slot) {
       fence_acc(a);
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i) {
         const float2 s = lds_f2(slot + Cfg::kScalesOffset + (8 * i + 2 * t) * 4);
         float* o = tot[0][i];
         const float* x = a[0][i];
-        if (first) {
-          o[0] = x[0] * s.x, o[1] = x[1] * s.y, o[2] = x[2] * s.x, o[3] = x[3] * s.y;
-        } else {
-          o[0] = fmaf(x[0], s.x, o[0]), o[1] = fmaf(x[1], s.y, o[1]);
-          o[2] = fmaf(x[2], s.x, o[2]), o[3] = fmaf(x[3], s.y, o[3]);
-        }
+        o[0] = fmaf(x[0], s.x, o[0]), o[1] = fmaf(x[1], s.y, o[1]);
+        o[2] = fmaf(x[2], s.x, o[2]), o[3] = fmaf(x[3], s.y, o[3]);
       }
     };
     // Issue, retire, promote. In turn (wp.fp8_in_turn), the tensor cores run one warpgroup's
@@ -425,7 +429,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
       issue(acc, sm.slot(rd), c);
       if (in_turn && (wg == 0 || !last || c + 1 < stages)) issued_arrive(wg == 0 ? 2 : 3);
       wgmma_wait<0>();
-      promote(acc, sm.slot(rd), c == 0);
+      promote(acc, sm.slot(rd));
       if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
       advance();
     }
