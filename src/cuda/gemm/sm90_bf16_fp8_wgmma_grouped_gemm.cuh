@@ -340,20 +340,22 @@ __device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const 
 }
 
 // One unit (expert un.e, CTA row tile un.cta_rt, token tile from un.row_begin) on the consumer
-// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N. first /
-// last: the CTA's first / last unit (fp8 in turn: where the issue order starts and ends).
+// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N. last: the
+// CTA's last unit; its first is the one at seq 0 (fp8 in turn: where the issue order starts and
+// ends).
 template <typename Cfg, int kN, int kEpi>
 __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
                                                 const WgmmaGemmSmem<Cfg>& sm, std::uint32_t seq,
-                                                const WgmmaUnit& un, bool first, bool last) {
+                                                const WgmmaUnit& un, bool last) {
   using Elem = typename Cfg::Elem;
   const Params& p = wp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, t = lane % 4;
   const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
   std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
 
-  // Stage c's MMAs into a (kMTiles m64 tiles; fp8 a fresh chain, bf16 accumulating after c = 0).
-  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c) {
+  // Stage c's MMAs into a (kMTiles m64 tiles; fp8 a fresh chain, bf16 accumulating after c = 0)
+  // for warpgroup g (wg; the fp8 loop passes it as a constant).
+  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c, int g) {
     const std::uint64_t db = smem_desc_k_major_sw128(slot);
     wgmma_fence();
 #pragma unroll
@@ -361,7 +363,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
         const std::uint64_t da =
-            smem_desc_k_major_sw128(slot + Cfg::kWOffset + (wg * Cfg::kMTiles + mt) * 64 * 128);
+            smem_desc_k_major_sw128(slot + Cfg::kWOffset + (g * Cfg::kMTiles + mt) * 64 * 128);
         const int accumulate = Cfg::kFp8 ? j > 0 : (c > 0 || j > 0);
         WgmmaSS<Elem, kN>::run(a[mt], da + 2 * j, db + 2 * j, accumulate);
       }
@@ -384,7 +386,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     float acc[Cfg::kMTiles][kN / 8][4];
     for (int c = 0; c < stages; ++c) {
       mbar_wait(sm.full(rd), ph);
-      issue(acc, sm.slot(rd), c);
+      issue(acc, sm.slot(rd), c, wg);
       wgmma_wait<1>();  // stage c - 1 retired: its slot is free
       if (c > 0) release_slot(sm.empty(prev), lane);
       advance();
@@ -419,20 +421,30 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     // Issue, retire, promote. In turn (wp.fp8_in_turn), the tensor cores run one warpgroup's
     // chain while the other promotes (in step, both promote at once and the tensor cores idle):
     // warpgroup 0 issues stage c after warpgroup 1 issued c - 1 (barrier 3), warpgroup 1 after
-    // warpgroup 0 issued c (barrier 2).
+    // warpgroup 0 issued c (barrier 2). One copy of the loop per warpgroup (kWg), so that its
+    // barrier ids and weight-tile offset are constants: with wg a run-time value ptxas re-read
+    // %tid.x (S2R) in every stage to rebuild them, right before the barrier wait and the issue
+    // (ncu, mixtral 4096: ~8% of the kernel's stall samples waited on that read).
     const bool in_turn = wp.fp8_in_turn != 0;
     float acc[1][kN / 8][4];
-    for (int c = 0; c < stages; ++c) {
-      mbar_wait(sm.full(rd), ph);
-      mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
-      if (in_turn && (wg == 1 || !first || c > 0)) issued_wait(wg == 1 ? 2 : 3);
-      issue(acc, sm.slot(rd), c);
-      if (in_turn && (wg == 0 || !last || c + 1 < stages)) issued_arrive(wg == 0 ? 2 : 3);
-      wgmma_wait<0>();
-      promote(acc, sm.slot(rd));
-      if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
-      advance();
-    }
+    auto stages_of = [&](auto wg_tag) {
+      constexpr int kWg = decltype(wg_tag)::value;
+      for (int c = 0; c < stages; ++c) {
+        mbar_wait(sm.full(rd), ph);
+        mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
+        if (in_turn && (kWg == 1 || seq > 0 || c > 0)) issued_wait(kWg == 1 ? 2 : 3);
+        issue(acc, sm.slot(rd), c, kWg);
+        if (in_turn && (kWg == 0 || !last || c + 1 < stages)) issued_arrive(kWg == 0 ? 2 : 3);
+        wgmma_wait<0>();
+        promote(acc, sm.slot(rd));
+        if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
+        advance();
+      }
+    };
+    if (wg == 0)
+      stages_of(std::integral_constant<int, 0>{});
+    else
+      stages_of(std::integral_constant<int, 1>{});
     consumers_sync();
     store_unit<Cfg, kN, kEpi>(p, tot, sm.slot(prev), un);
   }
@@ -479,11 +491,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   std::uint32_t seq = 0;  // stages consumed so far (ring slot / mbarrier phase)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
     const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
-    const bool first = u == static_cast<int>(blockIdx.x), last = u + gridDim.x >= units;
+    const bool last = u + gridDim.x >= units;
     if (!Cfg::kNarrowTails || un.row_end - un.row_begin > Cfg::kNarrow) {
-      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un, first, last);
+      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un, last);
     } else {
-      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un, first, last);
+      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un, last);
     }
   }
 }
