@@ -19,12 +19,15 @@
 //
 // One producer thread issues every stage of the CTA's units into the ring (across units); for fp8
 // one more producer warp writes each stage's scale products into the slot: s[j] = sa[row j, kb] *
-// sb[e, row block, kb] for the stage's kb = the stage index (its 32 lanes arrive on the full
-// mbarrier after their stores). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
+// sb[e, row block, kb] for the stage's kb = the stage index (its 32 lanes arrive on the slot's own
+// scale mbarrier after their stores; the consumers wait for it and the full one). The consumers
+// per stage: wait, 4 wgmma k-steps per m64 tile,
 //   bf16: commit, retire the previous stage (wait 1) and release its slot; the accumulators carry
 //     across the whole K;
-//   fp8: commit, wait 0 (DeepGEMM's promotion every 128 K: the tensor core's e4m3 sums keep ~14
-//     bits), read the stage's scale products, release the slot, tot += acc * s[column].
+//   fp8: the two warpgroups issue in turn (named barriers 2 / 3; one copy of the loop per
+//     warpgroup), commit, wait 0 (DeepGEMM's promotion every 128 K: the tensor core's e4m3 sums
+//     keep ~14 bits), tot += acc * s[column] with the stage's scale products (tot starts at -0:
+//     one FFMA per accumulator in every stage), release the slot.
 // The epilogue (store_unit) stages the bf16 output tile transposed (stmatrix) in the unit's last
 // slot and writes it in 16-byte row pieces: plain, or for gated GEMM1 act(gate + bias, up + bias)
 // with the per-expert bias (rows below the expert's end, columns below N).
