@@ -357,8 +357,8 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
   std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
 
   // Stage c's MMAs into a (kMTiles m64 tiles; fp8 a fresh chain, bf16 accumulating after c = 0)
-  // for warpgroup g (wg; the fp8 loop passes it as a constant).
-  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c, int g) {
+  // for warpgroup `group` (wg; the fp8 loop passes it as a constant).
+  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c, int group) {
     const std::uint64_t db = smem_desc_k_major_sw128(slot);
     wgmma_fence();
 #pragma unroll
@@ -366,7 +366,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
         const std::uint64_t da =
-            smem_desc_k_major_sw128(slot + Cfg::kWOffset + (g * Cfg::kMTiles + mt) * 64 * 128);
+            smem_desc_k_major_sw128(slot + Cfg::kWOffset + (group * Cfg::kMTiles + mt) * 64 * 128);
         const int accumulate = Cfg::kFp8 ? j > 0 : (c > 0 || j > 0);
         WgmmaSS<Elem, kN>::run(a[mt], da + 2 * j, db + 2 * j, accumulate);
       }
