@@ -6,10 +6,11 @@
 # the cuBLAS baseline, the SM clock and power sampled by nvidia-smi alongside.
 # Everything under $OUT/check travels back as one archive; the layer JSON separately.
 #   bash bench/run_final_check.sh [layer | layer-only]   (layer-only: the layer benchmark alone)
-# Without an argument gpu_check gets 520 s (every gpu test ~180 s, memcheck ~90 s, racecheck
-# ~150 s, the kernel benchmark): the complete check. With "layer" it gets 330 s so that the
-# layer benchmark fits the same 600 s call, which cuts the racecheck subset short; the complete
-# check is then the argument-less call plus a "layer-only" call.
+# Without an argument gpu_check gets 520 s (every gpu test ~160-180 s, memcheck ~70-90 s,
+# racecheck ~80-150 s, the kernel benchmark): the complete check. With "layer" it gets 330 s so
+# that the layer benchmark fits the same 600 s call, which can cut the racecheck subset short
+# (Session 16: after 10 of its tests; 2026-12-03c: complete, gpu_check 316 s); then the complete
+# check is the argument-less call plus a "layer-only" call.
 set -u
 B=.devbin-final
 if [ -f .devbin-finalz/bins.tar.xz ]; then mkdir -p $B && tar xJf .devbin-finalz/bins.tar.xz -C $B; fi
