@@ -51,8 +51,9 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 //              in a fixed order (deterministic); reads B in place (no re-layout, no workspace).
 //   kWgmma     not CUTLASS, for many rows per expert (prefill): a hand-written warp-specialized
 //              TMA + wgmma swap-AB kernel (128 weight rows x 128 / 144 / 160 rows of the expert per
-//              CTA, both operands in shared memory, K in stages of 128 bytes, a persistent grid
-//              whose stage ring runs across its units); bf16 may take `gated` (GEMM1's activation
+//              CTA, each unit's MMAs on the narrowest of 32 .. 160 columns that holds its rows,
+//              both operands in shared memory, K in stages of 128 bytes, a persistent grid whose
+//              stage ring runs across its units); bf16 may take `gated` (GEMM1's activation
 //              in its epilogue, D [R, I]); fp8 promotes every 128 K with the block scales.
 // kAuto picks from the number of experts E, max_rows and the average rows per expert that can
 // hold rows, r = max_rows / min(E, max_rows) (host-known: the choice never depends on the routing,
@@ -60,7 +61,7 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 // measurements, see docs/kernels/bf16_fp8.md ("wgmma config", "Run 3", "Decode"):
 //   bf16: kDecode for max_rows <= 8 when E <= 16; else kWgmma for r < 64 and 96 <= r < 256;
 //         else kWide;
-//   fp8:  kWgmma for r < 32; else kSwapWide for 96..255 rows per expert when E <= 16; else kWide
+//   fp8:  kWgmma for r < 64; else kSwapWide for 96..255 rows per expert when E <= 16; else kWide
 //         from 128 rows per expert, kNarrow below.
 enum class GroupedGemmConfig : std::uint8_t { kAuto, kWide, kNarrow, kSwapWide, kDecode, kWgmma };
 // "auto", "wide", "narrow", "swap_wide", "decode", "wgmma"

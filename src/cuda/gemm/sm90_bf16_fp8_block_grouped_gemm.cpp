@@ -77,13 +77,19 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
   //   fp8: faster below 32 rows per expert (1..64 tokens on four presets, +3..+23%, e.g. qwen3 1
   //     token 84 vs 69, mixtral 8 tokens 375 vs 315; deepseek-v3 512 2834 vs 2745), slower from 32
   //     (qwen3 512 680 vs 721, mixtral 512 swap_wide 553 vs 592, every 4096 cell: the promotion
-  //     after each 128-deep chain waits for its MMAs).
+  //     after each 128-deep chain waits for its MMAs). With the token classes (2026-12-04: a
+  //     unit's wgmma N is the narrowest of 32 .. 160 that holds its rows) also faster at 32 rows
+  //     per expert (qwen3-235b-a22b 512 tokens, three runs: 667 / 667 / 668 vs narrow 729 / 729;
+  //     the 128-token tile ran 33..64-row units on all 128 columns before), hence below 64; a tie
+  //     at 128 rows (mixtral 512 562..614 vs swap_wide 572..589, deepseek-v3 4096 5038..5071 vs
+  //     wide 4846..5264) and slower from 256 (qwen3 4096 2568..2644 vs wide 1960..1986), where
+  //     the CUTLASS picks stay (bench/results/layer_20261204_wgmma_token_classes_ab.json).
   if (t == GroupedGemmType::kBF16) {
     if (num_experts <= 16 && max_rows <= 8) return GroupedGemmConfig::kDecode;
     if (r < 64 || (r >= 96 && r < 256)) return GroupedGemmConfig::kWgmma;
     return GroupedGemmConfig::kWide;
   }
-  if (r < 32) return GroupedGemmConfig::kWgmma;
+  if (r < 64) return GroupedGemmConfig::kWgmma;
   // fp8, CUTLASS (runs 2 and 3): swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512
   // tokens: 578 vs 670 us narrow) and loses with many experts at the same rows per expert
   // (deepseek-v3 4096, kimi-k2, qwen3-235b), so it is limited to E <= 16 (measured at E = 8;

@@ -4,11 +4,12 @@
 // (prefill), on the warp-specialized ring of the 4-bit wgmma kernels (sm90_wgmma_pipeline.cuh).
 //
 // Swap-AB: the weights are the MMA's M side (CTA tile = kRows weight rows: 2 consumer warpgroups
-// x kMTiles x m64), an expert's rows its N side (token tiles of kTokens, an expert's short last
-// tile optionally on a 32-wide wgmma). A stage holds 128 bytes of K per row of both operands (bf16
-// 64, e4m3 128 elements), each loaded by one TMA box with the 128-byte swizzle straight into its
-// wgmma slot, on the slot's full mbarrier:
-//   activations: [rows][k] in expert order (gathered beforehand), box 128 B x kTokens rows;
+// x kMTiles x m64), an expert's rows its N side (token tiles of kTokens; each unit runs the
+// narrowest token class, 32 / 64 / 96 / 112 / 128 / 144 / 160 columns, that holds its rows: the
+// MMAs and B-operand reads follow the rows an expert has, not the tile). A stage holds 128 bytes
+// of K per row of both operands (bf16 64, e4m3 128 elements), each loaded by one TMA box with the
+// 128-byte swizzle straight into its wgmma slot, on the slot's full mbarrier:
+//   activations: [rows][k] in expert order (gathered beforehand), box 128 B x the class's rows;
 //   weights [E][N][K] (the checkpoint layout, read in place):
 //     plain:  a 3-D map (k, n, expert), box 128 B x kRows rows;
 //     gated (bf16 GEMM1 with the activation in the epilogue, N = 2I, gate | up halves): a 5-D map
@@ -85,29 +86,41 @@ using sm90_w4a16::wgmma_wait;
 using sm90_w4a16::WgmmaRing;
 using sm90_w4a16::WgmmaStageCursor;
 using sm90_w4a16::WgmmaUnit;
+using sm90_w4a16::kMaxTokenClasses;
+using sm90_w4a16::token_class;
+using sm90_w4a16::token_class_width;
+using sm90_w4a16::wgmma_env_switch;
+using sm90_w4a16::wgmma_token_classes;
+using sm90_w4a16::with_token_class;
 
 struct WgmmaGemmParams {
   Params p;               // expert_offsets, out / ldo, bias (gated), n, k, num_experts, swiglu
   const float* a_scales;  // fp8: [rows][k / 128] (the gathered activations' 1x128 scales)
   const float* b_scales;  // fp8: [E][ceil(n / 128)][k / 128]
   int fp8_in_turn;        // fp8: the warpgroups issue their stages in turn (else in step)
+  int token_classes;      // units run the narrowest token class that holds their rows (else the
+                          // whole tile, or the 32-wide one for a kNarrowTails tile's short tail)
 };
 
-// The TMA descriptors of one launch (encoded by the launcher). a / a_narrow: the activations,
-// boxes 128 B x kTokens / x kNarrow rows; w: the weights (3-D plain or 5-D gated, above).
+// The TMA descriptors of one launch (encoded by the launcher). a[c]: the activations, box 128 B x
+// the width of token class c (classes past the tile's last repeat its box); w: the weights (3-D
+// plain or 5-D gated, above).
 struct WgmmaGemmMaps {
-  CUtensorMap a, a_narrow, w;
+  CUtensorMap a[kMaxTokenClasses], w;
 };
 
-// kFp8: e4m3 x e4m3 with the DeepSeek-V3 block scales (else bf16). kTokens: the token tile (wgmma
-// N). kMTiles: m64 tiles per consumer warpgroup (weight rows per CTA = 128 kMTiles; fp8: 1, its
-// promotion keeps a second accumulator set). kNarrowTails: token tiles of at most 32 rows run a
-// 32-wide wgmma.
+// kFp8: e4m3 x e4m3 with the DeepSeek-V3 block scales (else bf16). kTokens: the token tile (the
+// widest wgmma N, one of the token class widths). kMTiles: m64 tiles per consumer warpgroup (weight
+// rows per CTA = 128 kMTiles; fp8: 1, its promotion keeps a second accumulator set).
+// kNarrowTails: without token classes (WgmmaGemmParams::token_classes = 0, a measurement
+// override), token tiles of at most 32 rows run a 32-wide wgmma (class 0) and the others the
+// whole tile.
 template <bool kFp8_, int kTokens_, int kMTiles_, bool kNarrowTails_>
 struct WgmmaGemmConfig {
   static constexpr bool kFp8 = kFp8_, kNarrowTails = kNarrowTails_;
   using Elem = std::conditional_t<kFp8, WgmmaE4m3, WgmmaBf16>;
   static constexpr int kTokens = kTokens_, kMTiles = kMTiles_, kNarrow = 32;
+  static_assert(token_class_width(0) == kNarrow, "class 0: the narrow tail");
   static constexpr int kThreads = 384, kConsumers = 256;  // + the producer warpgroup
   static constexpr int kRows = 128 * kMTiles;
   static constexpr int kStageK = kFp8 ? 128 : 64;  // elements: 128 bytes per row
@@ -188,14 +201,17 @@ __device__ __forceinline__ void issued_wait(int bar) {
 // (plain: kRows columns, one per weight row; gated: kRows / 2, act(gate + bias, up + bias) of the
 // row pairs) is written transposed by stmatrix, in passes of as many 8-token blocks as the slot
 // holds, then copied out in 16-byte row pieces (rows below the expert's end, columns below N).
-// Rows of the staging buffer are kOutCols * 2 bytes; their 16-byte chunks are XOR-swizzled by
-// the token (conflict-free for the stmatrix rows and the row-wise reads).
-template <typename Cfg, int kN, int kEpi, typename Acc>
+// 8-token blocks past the expert's end are neither staged nor copied (their accumulators may be
+// past the unit's token class). Rows of the staging buffer are kOutCols * 2 bytes; their 16-byte
+// chunks are XOR-swizzled by the token (conflict-free for the stmatrix rows and the row-wise
+// reads).
+template <typename Cfg, int kEpi, typename Acc>
 __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std::uint32_t stage,
                                            const WgmmaUnit& un) {
   constexpr bool kGated = kEpi != 0;
   constexpr int kOutCols = kGated ? Cfg::kRows / 2 : Cfg::kRows;
   constexpr int kRowBytes = kOutCols * 2, kChunks = kRowBytes / 16;
+  constexpr int kN = Cfg::kTokens;
   constexpr int kPassTokens = std::min(kN, Cfg::kStageBytes / kRowBytes / 16 * 16);
   static_assert(kPassTokens >= 16 && kChunks >= 8, "staging rows");
   static_assert(!Cfg::kFp8 || kPassTokens * kRowBytes <= Cfg::kScalesBarOffset,
@@ -205,10 +221,11 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
   const int out_cols = kGated ? p.n / 2 : p.n;
   const int col0 = un.cta_rt * kOutCols;
   const float* bias = kGated && p.bias ? p.bias + static_cast<std::int64_t>(un.e) * p.n : nullptr;
+  const int unit_rows = un.row_end - un.row_begin;  // > 0; may exceed kN (the expert's end)
 #pragma unroll
   for (int pass = 0; pass < (kN + kPassTokens - 1) / kPassTokens; ++pass) {
     const int tok0 = pass * kPassTokens;
-    if (un.row_begin + tok0 >= un.row_end) break;  // uniform over the consumers
+    if (tok0 >= unit_rows) break;    // uniform over the consumers
     if (pass > 0) consumers_sync();                // the previous pass's reads are done
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
@@ -218,6 +235,7 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
         // i + 1; lane 8 q + j addresses token 8 (i + q / 2) + j, chunk 2 tile16 + q % 2.
 #pragma unroll
         for (int i = tok0 / 8; i < std::min(kN, tok0 + kPassTokens) / 8; i += 2) {
+          if (8 * i >= unit_rows) break;  // uniform
           const int tok = 8 * (i + q / 2) + j - tok0, ch = 2 * tile16 + q % 2;
           stmatrix_x4_trans(stage + tok * kRowBytes + 16 * (ch ^ (tok % 8)),
                             pack_bf16x2(acc[mt][i][0], acc[mt][i][1]),
@@ -234,6 +252,7 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
                     bu = in && bias ? bias[p.n / 2 + col] : 0.0f;
 #pragma unroll
         for (int i = tok0 / 8; i < std::min(kN, tok0 + kPassTokens) / 8; i += 2) {
+          if (8 * i >= unit_rows) break;  // uniform
           float v[2][2];
 #pragma unroll
           for (int b = 0; b < 2; ++b)
@@ -248,11 +267,11 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
       }
     }
     consumers_sync();  // the pass is staged
-    const int rows = std::min(kPassTokens, kN - tok0);
+    const int rows = std::min({kPassTokens, kN - tok0, unit_rows - tok0});
     for (int x = tid; x < rows * kChunks; x += Cfg::kConsumers) {
       const int tok = x / kChunks, ch = x % kChunks;
       const int row = un.row_begin + tok0 + tok, col = col0 + 8 * ch;
-      if (row >= un.row_end || col >= out_cols) continue;
+      if (col >= out_cols) continue;
       const uint4 v = lds128(stage + tok * kRowBytes + 16 * (ch ^ (tok % 8)));
       *reinterpret_cast<uint4*>(p.out + static_cast<std::int64_t>(row) * p.ldo + col) = v;
     }
@@ -267,14 +286,16 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
 template <typename Cfg, bool kGated>
 __device__ __forceinline__ void issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f,
                                             const Params& p, const WgmmaGemmMaps& maps,
-                                            const int* tile_start, const WgmmaGemmSmem<Cfg>& sm) {
+                                            const int* tile_start, const WgmmaGemmSmem<Cfg>& sm,
+                                            bool classes) {
   f.wait_slot_free(sm.empty(f.slot));
-  const bool narrow = Cfg::kNarrowTails && f.un.row_end - f.un.row_begin <= Cfg::kNarrow;
-  const int rows = narrow ? Cfg::kNarrow : Cfg::kTokens;
+  // The unit's token class: its box of activation rows (the consumers' wgmma N).
+  const int cls = token_class<Cfg::kTokens, Cfg::kNarrowTails>(
+      min(f.un.row_end - f.un.row_begin, Cfg::kTokens), classes);
   const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
-  mbar_arrive_expect_tx(bar, (rows + Cfg::kRows) * 128);
+  mbar_arrive_expect_tx(bar, (token_class_width(cls) + Cfg::kRows) * 128);
   const int k0 = f.c * Cfg::kStageK;
-  tma_load_2d(dst, narrow ? &maps.a_narrow : &maps.a, k0, f.un.row_begin, bar);
+  tma_load_2d(dst, &maps.a[cls], k0, f.un.row_begin, bar);
   if constexpr (kGated) {
     tma_load_5d(dst + Cfg::kWOffset, &maps.w, k0, 0, 0, f.un.cta_rt * (Cfg::kRows / 16), f.un.e,
                 bar);
@@ -343,22 +364,26 @@ __device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const 
 }
 
 // One unit (expert un.e, CTA row tile un.cta_rt, token tile from un.row_begin) on the consumer
-// warpgroups: the stages from ring position seq on, then the epilogue. kN: the wgmma N. last: the
-// CTA's last unit; its first is the one at seq 0 (fp8 in turn: where the issue order starts and
-// ends).
-template <typename Cfg, int kN, int kEpi>
+// warpgroups: the stages from ring position seq on, then the epilogue. cls: the unit's token class
+// (the stage loop exists once per class, with that class's wgmma N; the accumulators and the
+// epilogue are the whole tile's, columns past the class are never stored). last: the CTA's last
+// unit; its first is the one at seq 0 (fp8 in turn: where the issue order starts and ends).
+template <typename Cfg, int kEpi>
 __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
                                                 const WgmmaGemmSmem<Cfg>& sm, std::uint32_t seq,
-                                                const WgmmaUnit& un, bool last) {
+                                                const WgmmaUnit& un, int cls, bool last) {
   using Elem = typename Cfg::Elem;
+  using Acc = float[Cfg::kMTiles][Cfg::kTokens / 8][4];
   const Params& p = wp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, t = lane % 4;
   const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
   std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
 
-  // Stage c's MMAs into a (kMTiles m64 tiles; fp8 a fresh chain, bf16 accumulating after c = 0)
-  // for warpgroup `group` (wg; the fp8 loop passes it as a constant).
-  auto issue = [&](float(&a)[Cfg::kMTiles][kN / 8][4], std::uint32_t slot, int c, int group) {
+  // Stage c's MMAs (wgmma N = kN, the class's width) into a (kMTiles m64 tiles; fp8 a fresh
+  // chain, bf16 accumulating after c = 0) for warpgroup `group` (wg; the fp8 loop passes it as a
+  // constant).
+  auto issue = [&](auto n_tag, Acc& a, std::uint32_t slot, int c, int group) {
+    constexpr int kN = decltype(n_tag)::value;
     const std::uint64_t db = smem_desc_k_major_sw128(slot);
     wgmma_fence();
 #pragma unroll
@@ -372,11 +397,11 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
       }
     wgmma_commit();
   };
-  auto fence_acc = [&](float(&a)[Cfg::kMTiles][kN / 8][4]) {
+  auto fence_acc = [&](Acc& a) {
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
-      for (int i = 0; i < kN / 8; ++i)
+      for (int i = 0; i < Cfg::kTokens / 8; ++i)
 #pragma unroll
         for (int r = 0; r < 4; ++r) fence_operand(a[mt][i][r]);
   };
@@ -386,31 +411,34 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
   };
 
   if constexpr (!Cfg::kFp8) {
-    float acc[Cfg::kMTiles][kN / 8][4];
-    for (int c = 0; c < stages; ++c) {
-      mbar_wait(sm.full(rd), ph);
-      issue(acc, sm.slot(rd), c, wg);
-      wgmma_wait<1>();  // stage c - 1 retired: its slot is free
-      if (c > 0) release_slot(sm.empty(prev), lane);
-      advance();
-    }
-    wgmma_wait<0>();
+    Acc acc;
+    with_token_class<Cfg::kTokens>(cls, [&](auto n_tag) {
+      for (int c = 0; c < stages; ++c) {
+        mbar_wait(sm.full(rd), ph);
+        issue(n_tag, acc, sm.slot(rd), c, wg);
+        wgmma_wait<1>();  // stage c - 1 retired: its slot is free
+        if (c > 0) release_slot(sm.empty(prev), lane);
+        advance();
+      }
+      wgmma_wait<0>();
+    });
     fence_acc(acc);
     // The last stage's slot stages the output tile once both warpgroups are done with it.
     consumers_sync();
-    store_unit<Cfg, kN, kEpi>(p, acc, sm.slot(prev), un);
+    store_unit<Cfg, kEpi>(p, acc, sm.slot(prev), un);
   } else {
     // tot += acc * s[column], s: the stage's scale products (in its slot). tot starts at -0.0f,
     // so that the first stage's fmaf(x, s, -0) is bitwise x * s (a zero keeps its sign): one
     // FFMA per accumulator in every stage. (A runtime "first stage" test here made ptxas keep
     // both forms, predicated FMUL and FFMA, and copy the accumulators between them: about twice
-    // the promotion's instructions per stage.)
-    float tot[1][kN / 8][4];
+    // the promotion's instructions per stage.) Columns past the class keep -0.
+    Acc tot;
 #pragma unroll
-    for (int i = 0; i < kN / 8; ++i)
+    for (int i = 0; i < Cfg::kTokens / 8; ++i)
 #pragma unroll
       for (int r = 0; r < 4; ++r) tot[0][i][r] = -0.0f;
-    auto promote = [&](float(&a)[1][kN / 8][4], std::uint32_t slot) {
+    auto promote = [&](auto n_tag, Acc& a, std::uint32_t slot) {
+      constexpr int kN = decltype(n_tag)::value;
       fence_acc(a);
 #pragma unroll
       for (int i = 0; i < kN / 8; ++i) {
@@ -429,27 +457,29 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     // %tid.x (S2R) in every stage to rebuild them, right before the barrier wait and the issue
     // (ncu, mixtral 4096: ~8% of the kernel's stall samples waited on that read).
     const bool in_turn = wp.fp8_in_turn != 0;
-    float acc[1][kN / 8][4];
-    auto stages_of = [&](auto wg_tag) {
+    Acc acc;
+    auto stages_of = [&](auto wg_tag, auto n_tag) {
       constexpr int kWg = decltype(wg_tag)::value;
       for (int c = 0; c < stages; ++c) {
         mbar_wait(sm.full(rd), ph);
         mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
         if (in_turn && (kWg == 1 || seq > 0 || c > 0)) issued_wait(kWg == 1 ? 2 : 3);
-        issue(acc, sm.slot(rd), c, kWg);
+        issue(n_tag, acc, sm.slot(rd), c, kWg);
         if (in_turn && (kWg == 0 || !last || c + 1 < stages)) issued_arrive(kWg == 0 ? 2 : 3);
         wgmma_wait<0>();
-        promote(acc, sm.slot(rd));
+        promote(n_tag, acc, sm.slot(rd));
         if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
         advance();
       }
     };
-    if (wg == 0)
-      stages_of(std::integral_constant<int, 0>{});
-    else
-      stages_of(std::integral_constant<int, 1>{});
+    with_token_class<Cfg::kTokens>(cls, [&](auto n_tag) {
+      if (wg == 0)
+        stages_of(std::integral_constant<int, 0>{}, n_tag);
+      else
+        stages_of(std::integral_constant<int, 1>{}, n_tag);
+    });
     consumers_sync();
-    store_unit<Cfg, kN, kEpi>(p, tot, sm.slot(prev), un);
+    store_unit<Cfg, kEpi>(p, tot, sm.slot(prev), un);
   }
   release_slot(sm.empty(prev), lane);
 }
@@ -482,7 +512,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
         tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
         [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
-          issue_stage<Cfg, kEpi != 0>(f, p, maps, tile_start, sm);
+          issue_stage<Cfg, kEpi != 0>(f, p, maps, tile_start, sm, wp.token_classes != 0);
         });
     if constexpr (Cfg::kFp8) {
       if (warp == Cfg::kConsumers / 32 + 1)  // the scale warp
@@ -495,11 +525,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int u = blockIdx.x; u < units; u += gridDim.x, seq += stages) {
     const WgmmaUnit un = wgmma_unit_at<Cfg::kTokens>(p, tile_start, cta_row_tiles, u);
     const bool last = u + gridDim.x >= units;
-    if (!Cfg::kNarrowTails || un.row_end - un.row_begin > Cfg::kNarrow) {
-      wgmma_gemm_unit<Cfg, Cfg::kTokens, kEpi>(wp, sm, seq, un, last);
-    } else {
-      wgmma_gemm_unit<Cfg, Cfg::kNarrow, kEpi>(wp, sm, seq, un, last);
-    }
+    const int cls = token_class<Cfg::kTokens, Cfg::kNarrowTails>(
+        min(un.row_end - un.row_begin, Cfg::kTokens), wp.token_classes != 0);
+    wgmma_gemm_unit<Cfg, kEpi>(wp, sm, seq, un, cls, last);
   }
 }
 
@@ -532,14 +560,9 @@ WgmmaGemmMaps wgmma_gemm_maps(const GroupedGemmArgs& args, bool gated) {
   const std::uint64_t k = static_cast<std::uint64_t>(args.k),
                       n = static_cast<std::uint64_t>(args.n);
   WgmmaGemmMaps m;
-  m.a = cuda::encode_tensor_map_2d("a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
-                                   static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK,
-                                   Cfg::kTokens, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-  m.a_narrow = cuda::encode_tensor_map_2d(
-      "a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
-      static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK, Cfg::kNarrow,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  sm90_w4a16::encode_token_class_maps<Cfg::kTokens>(
+      m.a, "a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
+      static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK);
   const std::uint64_t row = k * elem, experts = static_cast<std::uint64_t>(args.num_experts);
   if (gated) {
     const std::uint64_t dims[5] = {k, 8, 2, n / 16, experts};
@@ -561,9 +584,10 @@ WgmmaGemmMaps wgmma_gemm_maps(const GroupedGemmArgs& args, bool gated) {
 // Host: the token tile of a launch: 160 from 96 rows per expert that can hold rows (one tile holds
 // an expert's 128 +- 3 sigma rows at DeepSeek-V3 4096 tokens; bf16 with E >= 256: 256 weight rows
 // per CTA, "160r256", deepseek-v3 4096 tokens 6907 / 6930 vs 7125 / 7177 us, H200, 2026-12-02),
-// else 128 with 32-wide tails. Tile names: "128n", "144n" (n: 32-wide tails), "160", for bf16
-// "160r256"; MOEKIT_WGMMA_GEMM_TILE=<name> overrides the choice (measurements; results stay
-// exact).
+// else 128. Every tile runs each unit on its token class (the widths up to the tile's); "n" (128n,
+// 144n) names the tiles that keep 32-wide tails with the classes off. Tile names: "128n", "144n",
+// "160", for bf16 "160r256"; MOEKIT_WGMMA_GEMM_TILE=<name> overrides the choice (measurements;
+// results stay exact).
 inline std::string wgmma_tile_name(const GroupedGemmArgs& args, bool fp8) {
   const std::int64_t holders =
       std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.max_rows));
@@ -582,13 +606,7 @@ inline std::string wgmma_tile_name(const GroupedGemmArgs& args, bool fp8) {
 // Host: whether the fp8 warpgroups issue their stages in turn (wgmma_gemm_unit);
 // MOEKIT_WGMMA_FP8_IN_TURN=0 runs them in step (measurements; results are the same bits either
 // way: the order only moves when each warpgroup's MMAs start).
-inline bool wgmma_fp8_in_turn() {
-  const char* env = std::getenv("MOEKIT_WGMMA_FP8_IN_TURN");
-  if (env == nullptr || *env == 0) return true;
-  const std::string v = env;
-  MOEKIT_CHECK_ARG(v == "0" || v == "1", "MOEKIT_WGMMA_FP8_IN_TURN", "0 or 1", v);
-  return v == "1";
-}
+inline bool wgmma_fp8_in_turn() { return wgmma_env_switch("MOEKIT_WGMMA_FP8_IN_TURN"); }
 
 // Host: validates what only this config needs and launches Cfg for the validated `args`
 // (grouped_gemm's checks; gated only for bf16). `where` names the call in errors.
@@ -608,6 +626,7 @@ void run_wgmma_grouped_gemm(const GroupedGemmArgs& args, const char* where) {
   wp.a_scales = args.a_scales;
   wp.b_scales = args.b_scales;
   wp.fp8_in_turn = Cfg::kFp8 && wgmma_fp8_in_turn();
+  wp.token_classes = wgmma_token_classes() ? 1 : 0;
   const bool gated = args.gated != nullptr;
   const WgmmaGemmMaps maps = wgmma_gemm_maps<Cfg>(args, gated);
   const auto stream = static_cast<cudaStream_t>(args.stream);

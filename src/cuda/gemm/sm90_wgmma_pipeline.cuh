@@ -10,8 +10,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "cuda/runtime/sm90_bulk_copy.cuh"
+#include "cuda/runtime/sm90_tensor_map.hpp"
+#include "moekit/core/error.hpp"
 #include "sm90_w4a16_grouped_gemm.cuh"
 
 namespace moekit::gemm::sm90_w4a16 {
@@ -69,6 +74,76 @@ struct WgmmaRing {
     cuda::sm90::fence_mbar_init();
   }
 };
+
+// Token classes (the bf16 / fp8 wgmma kernel): the wgmma N a unit runs. A unit of r rows
+// (r <= the tile's kTokens) runs the narrowest width that holds them, so an expert's rows cost
+// their own count rounded up to 16 or 32 columns of MMA and of B-operand reads, not a whole tile
+// (DeepSeek-V3's 128 +- 11 rows per expert at 4096 tokens fill 112..160 of a 160-token tile;
+// Mixtral's 1024 +- 28 leave a last 160-token tile of 36..92 rows). Class c's width:
+// 32, 64, 96, 112, 128, 144, 160; a tile's classes are the widths up to its kTokens (one of them).
+// The producer (its activation box and byte count) and the consumers (their wgmma N) derive a
+// unit's class alike. Class 0 is the 32-wide narrow tail of the tiles that had one.
+inline constexpr int kMaxTokenClasses = 7;
+__host__ __device__ constexpr int token_class_width(int c) {
+  return c < 2 ? 32 * (c + 1) : 64 + 16 * c;
+}
+// The classes of a kTokens tile: 0 .. token_class_count(kTokens) - 1.
+constexpr int token_class_count(int tokens) {
+  int c = 0;
+  while (c < kMaxTokenClasses && token_class_width(c) <= tokens) ++c;
+  return c;
+}
+// The class of a unit of `rows` rows (1 <= rows <= kTokens): the narrowest width that holds them;
+// without classes (`classes` false: a measurement override) the whole tile, or class 0 for a
+// kNarrowTails tile's tail of at most 32 rows.
+template <int kTokens, bool kNarrowTails>
+__host__ __device__ __forceinline__ int token_class(int rows, bool classes) {
+  constexpr int kClasses = token_class_count(kTokens);
+  static_assert(kClasses >= 1 && token_class_width(kClasses - 1) == kTokens,
+                "kTokens: one of the token class widths");
+  if (!classes) return kNarrowTails && rows <= token_class_width(0) ? 0 : kClasses - 1;
+  int c = 0;
+#pragma unroll
+  for (int i = 0; i + 1 < kClasses; ++i) c += rows > token_class_width(i) ? 1 : 0;
+  return c;
+}
+// f(std::integral_constant<int, width of class cls>) for a run-time class cls of a kTokens tile
+// (one inlined copy of f per class).
+template <int kTokens, int kC = 0, typename F>
+__device__ __forceinline__ void with_token_class(int cls, F&& f) {
+  if constexpr (kC + 1 < token_class_count(kTokens)) {
+    if (cls != kC) return with_token_class<kTokens, kC + 1>(cls, f);
+  }
+  f(std::integral_constant<int, token_class_width(kC)>{});
+}
+// Host: the activation maps of a kTokens tile, one per class (box_inner x the class's width;
+// classes past the tile's last repeat its map: the producer prefetches every map). The other
+// arguments are encode_tensor_map_2d's.
+template <int kTokens>
+void encode_token_class_maps(CUtensorMap (&maps)[kMaxTokenClasses], const char* what,
+                             CUtensorMapDataType type, const void* base, std::uint64_t inner,
+                             std::uint64_t rows, std::uint64_t row_bytes, std::uint32_t box_inner) {
+  constexpr int kClasses = token_class_count(kTokens);
+  for (int c = 0; c < kMaxTokenClasses; ++c)
+    maps[c] = c < kClasses ? cuda::encode_tensor_map_2d(
+                                 what, type, base, inner, rows, row_bytes, box_inner,
+                                 static_cast<std::uint32_t>(token_class_width(c)),
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
+                           : maps[kClasses - 1];
+}
+// Host: a measurement switch of the wgmma kernels, environment variable `name` = 0 or 1 (unset or
+// empty: on); any other value is an error naming it.
+inline bool wgmma_env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == 0) return true;
+  const std::string v = env;
+  MOEKIT_CHECK_ARG(v == "0" || v == "1", name, "0 or 1", v);
+  return v == "1";
+}
+// Host: whether units run their token class; MOEKIT_WGMMA_TOKEN_CLASSES=0 runs every unit on the
+// whole tile (the kNarrowTails tiles' short tails on class 0): the kernels as they were before
+// the classes, for A/B measurements.
+inline bool wgmma_token_classes() { return wgmma_env_switch("MOEKIT_WGMMA_TOKEN_CLASSES"); }
 
 // The producer's cursor over the stages of its CTA's units in a warp-specialized wgmma kernel's
 // ring (W4A16 / W4A8): unit u (un: its coordinates), its stage c, the ring slot of the next stage

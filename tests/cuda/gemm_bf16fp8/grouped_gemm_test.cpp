@@ -186,26 +186,7 @@ TEST_P(GroupedGemm, MultiTileGrid) {
   run_case(GetParam(), {{300, 257, 511, 140}, 1024, 1024, 0}, test_seed());
 }
 
-// Environment variable `name` = `value` for the scope (the wgmma config's measurement overrides),
-// restored after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 constexpr const char* kWgmmaTileEnv = "MOEKIT_WGMMA_GEMM_TILE";
 
 // Every tile of the wgmma config: experts of 0, 1, 31 (a narrow tail), 33, 145 (144 + 1), 160,
@@ -225,6 +206,41 @@ TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
                     {{0, 1, 31, 33, 145, 160, 161, 300}, 264, 384, 5, 128, 16}, seed);
     if (!fp8)
       run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{7, 0, 150, 33}, 128, 200, 0}, seed);
+  }
+}
+
+// Token classes (each unit's wgmma N is the narrowest of 32 / 64 / 96 / 112 / 128 / 144 / 160
+// that holds its rows): experts whose last unit falls on each side of every class edge, on every
+// tile, over several CTA rounds (N 1024: 8 or 4 weight-row tiles per expert), a bf16 K tail.
+// Against float64 (run_case_config), and the same bits as every unit on the whole tile
+// (MOEKIT_WGMMA_TOKEN_CLASSES=0: columns are independent dot products, the class only drops the
+// ones past the expert's rows). A value other than 0 / 1 is an error naming the variable.
+TEST_P(GroupedGemm, WgmmaTokenClassesKeepTheBits) {
+  MOEKIT_REQUIRE_GPU();
+  const auto t = GetParam();
+  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const std::uint64_t seed = test_seed();
+  const std::vector<int> counts = {1,  32, 33,  63,  64,  65,  95,  97,  112, 113,
+                                   127, 128, 129, 143, 145, 159, 160, 0,   193, 305};
+  const Case c{counts, 1024, fp8 ? 256 : 200, 3};
+  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
+    if (fp8 && std::string(tile) == "160r256") continue;
+    SCOPED_TRACE(tile);
+    ScopedEnv scoped(kWgmmaTileEnv, tile);
+    std::vector<std::uint16_t> bits[2];
+    for (int classes = 0; classes < 2; ++classes) {
+      ScopedEnv scoped_classes("MOEKIT_WGMMA_TOKEN_CLASSES", classes ? "1" : "0");
+      run_case_config(t, gemm::GroupedGemmConfig::kWgmma, c, seed, &bits[classes]);
+    }
+    EXPECT_TRUE(bits[0] == bits[1]) << "token classes change the bits";
+  }
+  ScopedEnv bad("MOEKIT_WGMMA_TOKEN_CLASSES", "on");
+  try {
+    run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{4}, 128, 256, 0}, seed);
+    ADD_FAILURE() << "no error for MOEKIT_WGMMA_TOKEN_CLASSES=on";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_WGMMA_TOKEN_CLASSES: expected 0 or 1"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("on"));
   }
 }
 
@@ -273,7 +289,7 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  const std::vector<int> counts = {3, 0, 150, 33, 161};
+  const std::vector<int> counts = {3, 0, 150, 33, 161, 64, 97, 113};
   const int E = static_cast<int>(counts.size()), I = 136, N = 2 * I, K = 328;
   const auto off = offsets_of(counts);
   const int used = off[E], rows = used + 3;
@@ -482,7 +498,9 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   EXPECT_EQ(pick(fp8, 8, 8192), wide);
   EXPECT_EQ(pick(bf16, 128, 8), wgmma);     // qwen3-235b-a22b, 1 token
   EXPECT_EQ(pick(bf16, 128, 32), wgmma);    // 4 tokens
-  EXPECT_EQ(pick(fp8, 128, 4096), narrow);  // 512 tokens: 32 rows per expert
+  EXPECT_EQ(pick(fp8, 128, 4096), wgmma);   // 512 tokens: 32 rows per expert
+  EXPECT_EQ(pick(fp8, 128, 128 * 63), wgmma);
+  EXPECT_EQ(pick(fp8, 128, 128 * 64), narrow);
   EXPECT_EQ(pick(bf16, 128, 4096), wgmma);
   EXPECT_EQ(pick(bf16, 128, 32768), wide);  // 4096 tokens: 256 rows per expert
   EXPECT_EQ(pick(fp8, 128, 32768), wide);
