@@ -86,6 +86,7 @@ using sm90_w4a16::wgmma_wait;
 using sm90_w4a16::WgmmaRing;
 using sm90_w4a16::WgmmaStageCursor;
 using sm90_w4a16::WgmmaUnit;
+// Token classes (sm90_wgmma_pipeline.cuh).
 using sm90_w4a16::kMaxTokenClasses;
 using sm90_w4a16::token_class;
 using sm90_w4a16::token_class_width;
@@ -226,7 +227,7 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
   for (int pass = 0; pass < (kN + kPassTokens - 1) / kPassTokens; ++pass) {
     const int tok0 = pass * kPassTokens;
     if (tok0 >= unit_rows) break;    // uniform over the consumers
-    if (pass > 0) consumers_sync();                // the previous pass's reads are done
+    if (pass > 0) consumers_sync();  // the previous pass's reads are done
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
       const int tile16 = (wg * Cfg::kMTiles + mt) * 4 + warp % 4;  // of the CTA tile
