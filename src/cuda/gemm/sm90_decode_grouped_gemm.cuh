@@ -205,7 +205,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
 // kRouted: the fused routing (Params::topk_ids non-null); false is the kernel without it.
 template <typename Cfg, typename Codec, int kEpi, bool kPdl = false, bool kRouted = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    decode_grouped_gemm_kernel(Params p, const __grid_constant__ DecodeMaps maps) {
+    decode_grouped_gemm_kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kTileStart = tile_start_offset<Cfg, Codec>();
   const int table = kRouted ? kRoutedTable : expert_table_bytes(p.num_experts);
@@ -325,7 +325,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // stage kStages - kXStages of a unit's last group on).
   int cu_unit = 0, cu_ci = 0, ld_unit = 0, ld_ci = 0;
   typename Codec::Cursor wcur;  // the load cursor's unit; tiles m >= w_tiles (past N) not loaded
-  if constexpr (requires { Codec::kTma; }) wcur.map = &maps.w;
   int w_tiles = 0;
   XRows xrows;
   auto set_load_unit = [&](int i) {

@@ -185,15 +185,14 @@ int choose_k_split(const DecodeLaunch& l, int per_sm) {
 // kernel (l.routed is then an error: the caller resolves its configuration first).
 template <typename Cfg, typename Codec, int kEpi, bool kRoutable = true, bool kPdl = false,
           bool kRouted = false>
-void launch_decode(const DecodeLaunch& l, const Params& params, const DecodeMaps& maps = {}) {
+void launch_decode(const DecodeLaunch& l, const Params& params) {
   if constexpr (!kPdl) {
-    if (l.overlap_previous)
-      return launch_decode<Cfg, Codec, kEpi, kRoutable, true>(l, params, maps);
+    if (l.overlap_previous) return launch_decode<Cfg, Codec, kEpi, kRoutable, true>(l, params);
   }
   if constexpr (!kRouted) {
     if (l.routed) {
       if constexpr (kRoutable)
-        return launch_decode<Cfg, Codec, kEpi, kRoutable, kPdl, true>(l, params, maps);
+        return launch_decode<Cfg, Codec, kEpi, kRoutable, kPdl, true>(l, params);
       else
         MOEKIT_FAIL(l.what, ": routing.topk_ids: this decode configuration (", Cfg::kRows, " x ",
                     Cfg::kTokens, ") has no fused routing");
@@ -225,7 +224,7 @@ void launch_decode(const DecodeLaunch& l, const Params& params, const DecodeMaps
     cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(n_clusters * csize),
                                                    Cfg::kThreads, smem, csize, l.stream, &attrs[0]);
     if (kPdl) add_pdl_attribute(&cfg, attrs);
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params, maps));
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
     return;
   }
   std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
@@ -240,9 +239,9 @@ void launch_decode(const DecodeLaunch& l, const Params& params, const DecodeMaps
     cfg.stream = l.stream;
     cfg.attrs = attrs;
     add_pdl_attribute(&cfg, attrs);
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params, maps));
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
   } else {
-    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, l.stream>>>(params, maps);
+    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, l.stream>>>(params);
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
 }
