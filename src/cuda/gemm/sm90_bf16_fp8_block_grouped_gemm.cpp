@@ -84,8 +84,14 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
   //     at 128 rows (mixtral 512 562..614 vs swap_wide 572..589, deepseek-v3 4096 5038..5071 vs
   //     wide 4846..5264) and slower from 256 (qwen3 4096 2568..2644 vs wide 1960..1986), where
   //     the CUTLASS picks stay (bench/results/layer_20261204_wgmma_token_classes_ab.json).
+  // bf16 decode at <= 8 rows with E <= 128 (2026-12-04, two interleaved runs, wgmma vs decode,
+  // us: gpt-oss-120b 1 token 79.7 / 79.4 vs 73.9 / 73.7, 2 tokens 127.3 / 126.5 vs 122.7 / 122.9;
+  // qwen3-235b-a22b 1 token 99.1 / 98.3 vs 96.5 / 95.9; deepseek-v3 (E 256) 1 token a tie, 193.2 /
+  // 192.3 vs 193.1 / 192.2; at 16 rows wgmma: qwen3 2 tokens 166 vs 174..177, gpt-oss 4 tokens 196
+  // vs 198..199, mixtral 8 tokens 592..629 vs 636..645; bench/results/
+  // layer_20261204b_bf16_decode_vs_wgmma_ab.json). Until then only E <= 16 (mixtral).
   if (t == GroupedGemmType::kBF16) {
-    if (num_experts <= 16 && max_rows <= 8) return GroupedGemmConfig::kDecode;
+    if (num_experts <= 128 && max_rows <= 8) return GroupedGemmConfig::kDecode;
     if (r < 64 || (r >= 96 && r < 256)) return GroupedGemmConfig::kWgmma;
     return GroupedGemmConfig::kWide;
   }

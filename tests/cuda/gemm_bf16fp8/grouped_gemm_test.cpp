@@ -487,7 +487,7 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   };
   // (E, max_rows) of the benchmark presets at 1 .. 4096 tokens.
   EXPECT_EQ(pick(bf16, 8, 2), decode);        // mixtral-8x7b, 1 token
-  EXPECT_EQ(pick(bf16, 8, 8), decode);        // 4 tokens (E <= 16: decode up to 8 rows)
+  EXPECT_EQ(pick(bf16, 8, 8), decode);        // 4 tokens (E <= 128: decode up to 8 rows)
   EXPECT_EQ(pick(fp8, 8, 2), wgmma);          // no fp8 decode kernel
   EXPECT_EQ(pick(bf16, 8, 16), wgmma);        // 8 tokens
   EXPECT_EQ(pick(bf16, 8, 128), wgmma);       // 64 tokens: 16 rows per expert
@@ -496,7 +496,11 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   EXPECT_EQ(pick(fp8, 8, 1024), swap);
   EXPECT_EQ(pick(bf16, 8, 8192), wide);       // 4096 tokens: 1024 rows per expert
   EXPECT_EQ(pick(fp8, 8, 8192), wide);
-  EXPECT_EQ(pick(bf16, 128, 8), wgmma);     // qwen3-235b-a22b, 1 token
+  EXPECT_EQ(pick(bf16, 128, 8), decode);    // qwen3-235b-a22b, 1 token
+  EXPECT_EQ(pick(fp8, 128, 8), wgmma);
+  EXPECT_EQ(pick(bf16, 128, 4), decode);    // gpt-oss-120b, 1 token
+  EXPECT_EQ(pick(bf16, 128, 16), wgmma);    // qwen3 2 tokens, gpt-oss 4 tokens
+  EXPECT_EQ(pick(bf16, 129, 8), wgmma);     // past E 128 (deepseek-v3 at E 256 a tie)
   EXPECT_EQ(pick(bf16, 128, 32), wgmma);    // 4 tokens
   EXPECT_EQ(pick(fp8, 128, 4096), wgmma);   // 512 tokens: 32 rows per expert
   EXPECT_EQ(pick(fp8, 128, 128 * 63), wgmma);
