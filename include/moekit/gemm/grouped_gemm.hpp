@@ -59,7 +59,7 @@ std::string grouped_gemm_type_name(GroupedGemmType t);  // "bf16", "fp8_block"
 // hold rows, r = max_rows / min(E, max_rows) (host-known: the choice never depends on the routing,
 // so a captured graph stays valid). The rule (auto_grouped_gemm_config) is set from H200
 // measurements, see docs/kernels/bf16_fp8.md ("wgmma config", "Run 3", "Decode"):
-//   bf16: kDecode for max_rows <= 8 when E <= 16; else kWgmma for r < 64 and 96 <= r < 256;
+//   bf16: kDecode for max_rows <= 8 when E <= 128; else kWgmma for r < 64 and 96 <= r < 256;
 //         else kWide;
 //   fp8:  kWgmma for r < 64; else kSwapWide for 96..255 rows per expert when E <= 16; else kWide
 //         from 128 rows per expert, kNarrow below.

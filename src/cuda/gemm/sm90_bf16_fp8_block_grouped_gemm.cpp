@@ -72,8 +72,8 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
   //     4096 tokens with 128 rows per expert (gpt-oss-120b wide 2381 vs 1988; deepseek-v3 a tie,
   //     7100 vs 7168); slower at 4096 tokens with 85 rows per expert (kimi-k2 wide 9939 vs 10368:
   //     a 128-row tile for 85 +- 9 rows) and from 256 (qwen3-235b-a22b wide 2409 vs 2630,
-  //     mixtral-8x7b 1024 rows a tie); the decode config stays ahead with E <= 16 at <= 8 rows
-  //     (mixtral 1 token 231 vs 243 us);
+  //     mixtral-8x7b 1024 rows a tie); the decode config stayed ahead with E <= 16 at <= 8 rows
+  //     (mixtral 1 token 231 vs 243 us; with E <= 128 since 2026-12-04, below);
   //   fp8: faster below 32 rows per expert (1..64 tokens on four presets, +3..+23%, e.g. qwen3 1
   //     token 84 vs 69, mixtral 8 tokens 375 vs 315; deepseek-v3 512 2834 vs 2745), slower from 32
   //     (qwen3 512 680 vs 721, mixtral 512 swap_wide 553 vs 592, every 4096 cell: the promotion
