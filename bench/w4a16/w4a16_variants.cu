@@ -185,11 +185,17 @@ void launch(const Problem& p, const Setup& s, int set, cudaStream_t stream, bool
     int clusters = 0;
     CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
     cfg.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(bound, clusters) * csize));
-    CK(cudaLaunchKernelEx(&cfg, kernel, params));
+    if constexpr (requires { Cfg::kWarpsM; })
+      CK(cudaLaunchKernelEx(&cfg, kernel, params));
+    else
+      CK(cudaLaunchKernelEx(&cfg, kernel, params, DecodeMaps{}));
     return;
   }
   const std::int64_t grid = all_units ? bound : std::min<std::int64_t>(bound, per_sm * 132);
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
+  if constexpr (requires { Cfg::kWarpsM; })
+    kernel<<<grid, Cfg::kThreads, smem, stream>>>(params);
+  else
+    kernel<<<grid, Cfg::kThreads, smem, stream>>>(params, DecodeMaps{});
   CK(cudaGetLastError());
 }
 

@@ -1,11 +1,12 @@
 // SM90 grouped GEMM, decode path (<= 16 rows per expert tile): warp-independent streaming of the
 // weights, which sit in HBM while the few tokens' activations come from L2. The weight format is a
 // codec (sm90_decode_weight_codecs.cuh): W4Codec (W4A16: NVFP4 / MXFP4 codes dequantized in
-// registers, launcher sm90_w4a16_grouped_gemm.cu) or Bf16Codec (bf16 weights in the checkpoint
-// layout, launcher sm90_bf16_decode_grouped_gemm.cu).
+// registers, launcher sm90_w4a16_grouped_gemm.cu), Bf16TmaCodecT or Bf16Codec (bf16 weights in
+// the checkpoint layout, launcher sm90_bf16_decode_grouped_gemm.cu).
 //
 // Each warp streams a continuous sequence of (unit, K chunk) items through a
-// register ring: 16-byte weight loads (kStages deep) and its own activation
+// ring: 16-byte weight loads into registers (kStages deep; the bf16 TMA codec: one TMA box per
+// item into the warp's kStages shared-memory slots) and its own activation
 // fragments straight from global memory (two 16-byte loads per lane per 8-token
 // tile, 2 deep; rows past the expert's end are not loaded). The ring runs
 // across unit boundaries, so a CTA never drains its loads between units. The
@@ -205,7 +206,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&c)[4],
 // kRouted: the fused routing (Params::topk_ids non-null); false is the kernel without it.
 template <typename Cfg, typename Codec, int kEpi, bool kPdl = false, bool kRouted = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    decode_grouped_gemm_kernel(Params p) {
+    decode_grouped_gemm_kernel(Params p, const __grid_constant__ DecodeMaps maps) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kTileStart = tile_start_offset<Cfg, Codec>();
   const int table = kRouted ? kRoutedTable : expert_table_bytes(p.num_experts);
@@ -325,6 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // stage kStages - kXStages of a unit's last group on).
   int cu_unit = 0, cu_ci = 0, ld_unit = 0, ld_ci = 0;
   typename Codec::Cursor wcur;  // the load cursor's unit; tiles m >= w_tiles (past N) not loaded
+  if constexpr (requires { Codec::kTma; }) wcur.map = &maps.w;
   int w_tiles = 0;
   XRows xrows;
   auto set_load_unit = [&](int i) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "cuda/runtime/cuda_check.hpp"
@@ -140,6 +141,33 @@ int max_active_clusters(Kernel kernel, int threads, int smem, int csize) {
   return clusters;
 }
 
+// Dynamic shared memory of at least `smem` bytes with which at most `ctas` blocks fit on one SM
+// (the smallest such size, 128-byte rounded): (size + reserved) * (ctas + 1) > the SM's bytes.
+inline int smem_for_at_most_ctas(int ctas, int smem) {
+  const int per_sm = cuda::current_device_smem_per_sm();
+  const int reserved = cuda::current_device_reserved_smem_per_block();
+  const int least = per_sm / (ctas + 1) - reserved + 1;
+  return std::max(smem, (least + 127) / 128 * 128);
+}
+
+// CTAs per SM of a kernel on the TMA ring (Codec::kTma): its registers (~95) would let a fifth
+// CTA onto an SM, and under PDL the CTAs of a one-round launch (mixtral's GEMM2 at one token: 512
+// units) then pile onto the SMs that the previous kernel frees first. The cap is the
+// configuration's occupancy target (Cfg::kMinBlocks), kept by padding the dynamic shared memory.
+// H200, 2026-12-05: mixtral-8x7b bf16 at one token 176.5 us capped, 191.4 without the cap.
+// MOEKIT_DECODE_TMA_CTAS=<1..8> sets another cap, 0 none (measurements); other values are refused.
+inline int decode_tma_ctas_override() {
+  static const int v = [] {
+    const char* e = std::getenv("MOEKIT_DECODE_TMA_CTAS");
+    if (e == nullptr || *e == 0) return -1;
+    const std::string s = e;
+    MOEKIT_CHECK_ARG(s.size() == 1 && s[0] >= '0' && s[0] <= '8', "MOEKIT_DECODE_TMA_CTAS",
+                     "0 (no cap) or 1..8", s);
+    return s[0] - '0';
+  }();
+  return v;
+}
+
 // Expected work units (kRows weight rows x kTokens tokens x all of K) under
 // uniform routing: m rows over E experts touch E (1 - (1 - 1/E)^m) of them.
 inline double estimated_units(const DecodeLaunch& l, int tokens, int rows) {
@@ -185,21 +213,27 @@ int choose_k_split(const DecodeLaunch& l, int per_sm) {
 // kernel (l.routed is then an error: the caller resolves its configuration first).
 template <typename Cfg, typename Codec, int kEpi, bool kRoutable = true, bool kPdl = false,
           bool kRouted = false>
-void launch_decode(const DecodeLaunch& l, const Params& params) {
+void launch_decode(const DecodeLaunch& l, const Params& params, const DecodeMaps& maps = {}) {
   if constexpr (!kPdl) {
-    if (l.overlap_previous) return launch_decode<Cfg, Codec, kEpi, kRoutable, true>(l, params);
+    if (l.overlap_previous)
+      return launch_decode<Cfg, Codec, kEpi, kRoutable, true>(l, params, maps);
   }
   if constexpr (!kRouted) {
     if (l.routed) {
       if constexpr (kRoutable)
-        return launch_decode<Cfg, Codec, kEpi, kRoutable, kPdl, true>(l, params);
+        return launch_decode<Cfg, Codec, kEpi, kRoutable, kPdl, true>(l, params, maps);
       else
         MOEKIT_FAIL(l.what, ": routing.topk_ids: this decode configuration (", Cfg::kRows, " x ",
                     Cfg::kTokens, ") has no fused routing");
     }
   }
   auto kernel = decode_grouped_gemm_kernel<Cfg, Codec, kEpi, kPdl, kRouted>;
-  const int smem = decode_smem_bytes<Cfg, Codec>(l.num_experts, kRouted);
+  int smem = decode_smem_bytes<Cfg, Codec>(l.num_experts, kRouted);
+  if constexpr (requires { Codec::kTma; }) {
+    const int forced = decode_tma_ctas_override();
+    const int cap = forced >= 0 ? forced : Cfg::kMinBlocks;
+    if (cap > 0) smem = smem_for_at_most_ctas(cap, smem);
+  }
   MOEKIT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
@@ -224,7 +258,7 @@ void launch_decode(const DecodeLaunch& l, const Params& params) {
     cudaLaunchConfig_t cfg = cluster_launch_config(static_cast<unsigned>(n_clusters * csize),
                                                    Cfg::kThreads, smem, csize, l.stream, &attrs[0]);
     if (kPdl) add_pdl_attribute(&cfg, attrs);
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params, maps));
     return;
   }
   std::int64_t grid = std::min<std::int64_t>(token_tiles * row_tiles,
@@ -239,9 +273,9 @@ void launch_decode(const DecodeLaunch& l, const Params& params) {
     cfg.stream = l.stream;
     cfg.attrs = attrs;
     add_pdl_attribute(&cfg, attrs);
-    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+    MOEKIT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params, maps));
   } else {
-    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, l.stream>>>(params);
+    kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, smem, l.stream>>>(params, maps);
     MOEKIT_CUDA_CHECK_LAUNCH();
   }
 }

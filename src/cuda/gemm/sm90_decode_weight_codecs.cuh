@@ -21,12 +21,14 @@
 //                 load<kL2Prefetch>(p, item, m, c, ok): tile rt0 + m, chunk c (ok = in range)
 //   fragments(item, smem, a): a[s] = the A registers of step s
 //   prefetch_unit(p, e, rt0, tiles, budget): an L2 prefetch of the unit's first weight bytes
+//   kTma          the cursor loads through DecodeMaps::w (the kernel hands it &maps.w)
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "cuda/runtime/sm90_bulk_copy.cuh"
 #include "sm90_bf16_decode_fragments.hpp"
 #include "sm90_w4a16_grouped_gemm.cuh"
 
@@ -198,5 +200,118 @@ struct Bf16CodecT {
   }
 };
 using Bf16Codec = Bf16CodecT<false>;
+
+// The decode kernel's tensor maps (a __grid_constant__ kernel parameter); only the TMA codec
+// below uses one, the others get a zeroed struct.
+struct DecodeMaps {
+  CUtensorMap w;
+};
+
+// bf16 weights like Bf16CodecT, but each item travels by TMA into a per-warp ring of kSlots
+// shared-memory slots (one 16-row x 64-wide box of 2 KB, one mbarrier per slot) instead of
+// 16-byte loads into registers: the load issue is one instruction of lane 0 per item, the
+// bytes in flight are the ring (kSlots x 2 KB per warp) and the registers hold only the slot's
+// number and phase. At consumption the lanes wait for the slot and read the same 16-byte
+// halves Bf16CodecT loads from global memory (rows g / g + 8, K lane_k(t) + 32 h), so the A
+// fragments, the MMAs and the results are bitwise those of Bf16CodecT. The tensor map (host:
+// weight_maps in sm90_bf16_decode_grouped_gemm.cu) covers [E, N, K] in boxes {64, 16, 1} (plain)
+// or {64, 8, 1} (gated: two per item, rows 0..7 of the slot are gate rows 8 rt.., rows 8..15 the
+// matching up rows I + 8 rt..); rows past N and K past the end arrive as zeros.
+// kSlots = the kernel's items in flight per warp (Cfg::kStages x Cfg::kTilesM): a slot is
+// refilled only after the MMAs of its previous item, which read it through registers.
+template <bool kGated, int kWarps, int kSlots>
+struct Bf16TmaCodecT {
+  static constexpr bool kTma = true;
+  static constexpr bool kTails = true;
+  static constexpr bool kRowTails = !kGated;
+  static constexpr bool kStageFence = false;
+  static constexpr float kUnscale = 1.0f;
+  static constexpr int kItemBytes = 16 * 128;
+  static constexpr int kRingBytes = kWarps * kSlots * kItemBytes;
+  static constexpr int kSmemBytes = kRingBytes + kWarps * kSlots * 8;
+  static constexpr int kHalfStride = kBf16HalfStride;
+  static_assert(kSmemBytes % 128 == 0, "the kernel's tables follow the ring 128-byte aligned");
+  __host__ __device__ static constexpr int lane_k(int t) { return bf16_lane_k(t); }
+  __host__ __device__ static constexpr int chunks(int k) { return (k + 63) / 64; }
+  __host__ __device__ static constexpr int row_tiles(int n) { return (n + 15) / 16; }
+  __device__ static void init_smem(unsigned char* smem, int tid, int threads) {
+    const std::uint32_t bars = cuda::sm90::smem_addr(smem) + kRingBytes;
+    for (int i = tid; i < kWarps * kSlots; i += threads) cuda::sm90::mbar_init(bars + 8 * i, 1);
+    cuda::sm90::fence_mbar_init();
+  }
+
+  struct Item {
+    std::uint32_t slot;   // this warp's ring slot
+    std::uint32_t phase;  // the parity of the slot's fill this item waits for
+  };
+
+  struct Cursor {
+    const CUtensorMap* map = nullptr;
+    std::uint32_t ring = 0, bars = 0;  // this warp's slots and their mbarriers
+    std::uint32_t issued = 0;          // items this warp has loaded (slot = issued % kSlots)
+    int e = 0, rt0 = 0;
+    int half_rows = 0;  // gated: I = N / 2, where the up rows start
+    bool issuer = false;
+    __device__ void set(const Params& p, int expert, int first_tile, int lane) {
+      extern __shared__ __align__(128) unsigned char smem[];
+      const int warp = static_cast<int>(threadIdx.x) / 32;
+      ring = cuda::sm90::smem_addr(smem) + warp * kSlots * kItemBytes;
+      bars = cuda::sm90::smem_addr(smem) + kRingBytes + warp * kSlots * 8;
+      e = expert;
+      rt0 = first_tile;
+      half_rows = p.n / 2;
+      issuer = lane == 0;
+    }
+    template <bool>
+    __device__ void load(const Params&, Item& it, int m, int c, bool ok) {
+      const std::uint32_t s = issued % kSlots;
+      it.slot = s;
+      it.phase = (issued / kSlots) & 1u;
+      ++issued;
+      if (!issuer) return;
+      const std::uint32_t bar = bars + 8 * s;
+      if (!ok) {  // nothing to load: the phase completes empty (its item is never stored)
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+        return;
+      }
+      cuda::sm90::mbar_arrive_expect_tx(bar, kItemBytes);
+      if constexpr (kGated) {  // gate rows 8 (rt0 + m).. over the matching up rows I + 8 (rt0 + m)
+        const int row = 8 * (rt0 + m);
+        cuda::sm90::tma_load_3d(ring + s * kItemBytes, map, c * 64, row, e, bar);
+        cuda::sm90::tma_load_3d(ring + s * kItemBytes + kItemBytes / 2, map, c * 64,
+                                half_rows + row, e, bar);
+      } else
+        cuda::sm90::tma_load_3d(ring + s * kItemBytes, map, c * 64, (rt0 + m) * 16, e, bar);
+    }
+  };
+
+  __device__ static void fragments(const Item& it, const unsigned char* smem,
+                                   std::uint32_t (&a)[4][4]) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int slot = warp * kSlots + static_cast<int>(it.slot);
+    cuda::sm90::mbar_wait(cuda::sm90::smem_addr(smem) + kRingBytes + 8 * slot, it.phase);
+    const unsigned char* base = smem + slot * kItemBytes + 2 * lane_k(t);
+    uint4 half[2][2];
+#pragma unroll
+    for (int r8 = 0; r8 < 2; ++r8)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        half[r8][h] =
+            *reinterpret_cast<const uint4*>(base + (g + 8 * r8) * 128 + 2 * kHalfStride * h);
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const WordSource src = bf16_a_source(s, r);
+        a[s][r] = word_of(half[src.row8 ? 1 : 0][src.half], src.word);
+      }
+  }
+
+  __device__ static void prefetch_unit(const Params& p, int e, int rt0, int tiles,
+                                       std::int64_t budget) {
+    Bf16CodecT<kGated>::prefetch_unit(p, e, rt0, tiles, budget);
+  }
+};
 
 }  // namespace moekit::gemm::sm90_decode

@@ -40,4 +40,12 @@ inline int current_device_max_smem_optin() {
   return detail::cached_current_device_attribute<1>(cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
+// Shared memory of one SM, and what the hardware reserves of it per resident block (bytes).
+inline int current_device_smem_per_sm() {
+  return detail::cached_current_device_attribute<2>(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+}
+inline int current_device_reserved_smem_per_block() {
+  return detail::cached_current_device_attribute<3>(cudaDevAttrReservedSharedMemoryPerBlock);
+}
+
 }  // namespace moekit::cuda

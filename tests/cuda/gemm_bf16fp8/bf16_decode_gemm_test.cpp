@@ -15,6 +15,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "cuda/gemm_bf16fp8/gemm_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
@@ -166,10 +167,21 @@ void check_shape(const DecodeShape& shape) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " (MOEKIT_TEST_SEED) n " << shape.n
                                     << " k " << shape.k << " E " << shape.counts.size());
   Problem p(shape, seed);
-  const auto decode = p.run(GroupedGemmConfig::kDecode);
-  p.check(decode);
-  EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode) == decode) << "repeated run differs";
-  EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode, true) == decode) << "PDL launch differs";
+  std::vector<std::uint16_t> decode;
+  {
+    test::ScopedEnv tma("MOEKIT_BF16_DECODE_TMA", "1");
+    decode = p.run(GroupedGemmConfig::kDecode);
+    p.check(decode);
+    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode) == decode) << "repeated run differs";
+    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode, true) == decode) << "PDL launch differs";
+  }
+  {
+    // The register ring (Bf16CodecT) puts the same weight bits into the same fragments as the
+    // TMA ring (Bf16TmaCodecT): the same output bits.
+    test::ScopedEnv ldg("MOEKIT_BF16_DECODE_TMA", "0");
+    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode) == decode) << "register ring differs";
+    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode, true) == decode) << "register ring PDL differs";
+  }
   if (p.used == 0) return;
   const auto narrow = p.run(GroupedGemmConfig::kNarrow);
   int outside = 0;
@@ -234,6 +246,20 @@ TEST_F(Bf16DecodeGemm, ClusterSplitK) {
 TEST_F(Bf16DecodeGemm, ManyUnitsPerCta) {
   MOEKIT_REQUIRE_GPU();
   check_shape({{3, 8, 1, 0, 6, 2, 8, 4}, 2048, 512});
+}
+
+// MOEKIT_BF16_DECODE_TMA takes 0 or 1; anything else is an error naming the variable.
+TEST_F(Bf16DecodeGemm, TmaSwitchRefusesOtherValues) {
+  MOEKIT_REQUIRE_GPU();
+  Problem p({{1, 2}, 64, 128}, test_seed());
+  test::ScopedEnv bad("MOEKIT_BF16_DECODE_TMA", "yes");
+  try {
+    (void)p.run(GroupedGemmConfig::kDecode);
+    ADD_FAILURE() << "no error for MOEKIT_BF16_DECODE_TMA=yes";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_BF16_DECODE_TMA")) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("0 or 1")) << e.what();
+  }
 }
 
 // A layer-like shape (qwen3-235b-a22b GEMM1 at one token: 8 of 16 experts, N = 2I, K = H).
@@ -366,7 +392,11 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
                                   kTestSwigluAlpha, kTestSwigluLimit);
       std::vector<double> got;
       std::vector<std::uint16_t> first;
-      for (const bool pdl : {false, false, true}) {
+      // TMA ring (run, repeat, PDL), then the register ring (run, PDL): all the same bits.
+      for (const auto& [pdl, tma] : {std::pair{false, "1"}, std::pair{false, "1"},
+                                     std::pair{true, "1"}, std::pair{false, "0"},
+                                     std::pair{true, "0"}}) {
+        test::ScopedEnv ring("MOEKIT_BF16_DECODE_TMA", tma);
         DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
         MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
         GroupedGemmArgs a;
@@ -388,7 +418,8 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
           for (std::size_t i = ref.size(); i < bits.size(); ++i) clobbered += bits[i] != kPoison;
           EXPECT_EQ(clobbered, 0);
         } else {
-          EXPECT_TRUE(bits == first) << (pdl ? "PDL launch" : "repeated run") << " differs";
+          EXPECT_TRUE(bits == first) << (pdl ? "PDL launch" : "repeated run") << " differs ("
+                                     << (*tma == '1' ? "TMA ring" : "register ring") << ")";
         }
       }
     }
