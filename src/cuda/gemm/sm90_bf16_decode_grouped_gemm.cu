@@ -64,8 +64,8 @@ DecodeMaps weight_maps(const GroupedGemmArgs& args) {
   const auto e = static_cast<std::uint64_t>(args.num_experts);
   const std::uint64_t row = k * 2;
   DecodeMaps m{};
-  // Gated (N = 2I): boxes of 8 rows, one of the gate half and one of the up half per item (a
-  // single 5-D box of both halves streamed at 2.2 TB/s on the H200, 2026-12-04b).
+  // Gated (N = 2I): boxes of 8 rows, one of the gate half and one of the up half per item (the
+  // slot layout of 389c9a0's single 5-D box, from a plain 3-D map).
   const std::uint64_t dims[3] = {k, n, e};
   const std::uint64_t strides[2] = {row, n * row};
   const std::uint32_t box[3] = {64, args.gated != nullptr ? 8u : 16u, 1};
