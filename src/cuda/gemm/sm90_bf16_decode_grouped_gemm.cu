@@ -22,7 +22,6 @@
 namespace moekit::gemm::detail {
 namespace {
 
-using sm90_decode::Bf16Codec;
 using sm90_decode::Bf16CodecT;
 using sm90_decode::Bf16TmaCodecT;
 using sm90_decode::DecodeConfig;
@@ -74,6 +73,17 @@ DecodeMaps weight_maps(const GroupedGemmArgs& args) {
   return m;
 }
 
+// One decode launch on the TMA ring or the register ring (kGated: the gate | up row pairs).
+template <typename Cfg, int kEpi, bool kGated>
+void launch_ring(bool tma, const sm90_decode::DecodeLaunch& l, const sm90_w4a16::Params& p,
+                 const DecodeMaps& maps) {
+  using Tma = Bf16TmaCodecT<kGated, Cfg::kWarpsK, Cfg::kStages * Cfg::kTilesM>;
+  if (tma)
+    sm90_decode::launch_decode<Cfg, Tma, kEpi>(l, p, maps);
+  else
+    sm90_decode::launch_decode<Cfg, Bf16CodecT<kGated>, kEpi>(l, p);
+}
+
 }  // namespace
 
 std::size_t bf16_decode_grouped_gemm_workspace_bytes(int) { return 0; }
@@ -105,25 +115,12 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args) {
   const DecodeMaps maps = tma ? weight_maps(args) : DecodeMaps{};
   auto run = [&](auto cfg_tag) {
     using Cfg = decltype(cfg_tag);
-    constexpr int kSlots = Cfg::kStages * Cfg::kTilesM;
-    using Plain = Bf16TmaCodecT<false, Cfg::kWarpsK, kSlots>;
-    using Gated = Bf16TmaCodecT<true, Cfg::kWarpsK, kSlots>;
-    if (args.gated == nullptr) {
-      if (tma)
-        sm90_decode::launch_decode<Cfg, Plain, 0>(l, p, maps);
-      else
-        sm90_decode::launch_decode<Cfg, Bf16Codec, 0>(l, p);
-    } else if (args.gated->kind == Activation::kSwigluOai) {
-      if (tma)
-        sm90_decode::launch_decode<Cfg, Gated, 2>(l, p, maps);
-      else
-        sm90_decode::launch_decode<Cfg, Bf16CodecT<true>, 2>(l, p);
-    } else {
-      if (tma)
-        sm90_decode::launch_decode<Cfg, Gated, 1>(l, p, maps);
-      else
-        sm90_decode::launch_decode<Cfg, Bf16CodecT<true>, 1>(l, p);
-    }
+    if (args.gated == nullptr)
+      launch_ring<Cfg, 0, false>(tma, l, p, maps);
+    else if (args.gated->kind == Activation::kSwigluOai)
+      launch_ring<Cfg, 2, true>(tma, l, p, maps);
+    else
+      launch_ring<Cfg, 1, true>(tma, l, p, maps);
   };
   if (args.max_rows / holders <= 8)
     run(Decode8{});

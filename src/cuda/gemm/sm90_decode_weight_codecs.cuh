@@ -292,20 +292,14 @@ struct Bf16TmaCodecT {
     const int slot = warp * kSlots + static_cast<int>(it.slot);
     cuda::sm90::mbar_wait(cuda::sm90::smem_addr(smem) + kRingBytes + 8 * slot, it.phase);
     const unsigned char* base = smem + slot * kItemBytes + 2 * lane_k(t);
-    uint4 half[2][2];
+    typename Bf16CodecT<kGated>::Item item;  // the halves the register ring would have loaded
 #pragma unroll
     for (int r8 = 0; r8 < 2; ++r8)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        half[r8][h] =
+        item.half[r8][h] =
             *reinterpret_cast<const uint4*>(base + (g + 8 * r8) * 128 + 2 * kHalfStride * h);
-#pragma unroll
-    for (int s = 0; s < 4; ++s)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const WordSource src = bf16_a_source(s, r);
-        a[s][r] = word_of(half[src.row8 ? 1 : 0][src.half], src.word);
-      }
+    Bf16CodecT<kGated>::fragments(item, smem, a);
   }
 
   __device__ static void prefetch_unit(const Params& p, int e, int rt0, int tiles,
