@@ -3,7 +3,8 @@
 # then `moekit bench` runs, all from prebuilt binaries (.devbin-abz/bins.tar.xz: moekit_new,
 # moekit_gpu_tests, optionally moekit_old). Each bench argument is one quoted argument list for
 # `moekit bench`; prefixed with "old:" it runs moekit_old (an in-run A/B against the old build);
-# leading VAR=value words are set in the environment of that run.
+# "bin:NAME:" runs $B/NAME (another variant binary from the archive); leading VAR=value words are
+# set in the environment of that run.
 #   TESTS=<gtest filter> SAN=<gtest filter> bash bench/run_device_tests_bench.sh "<args>" ...
 # A step starts only while less than BUDGET (default 540) seconds have passed.
 set -u
@@ -30,7 +31,10 @@ for args in "$@"; do
   n=$((n + 1))
   [ "$(left)" -gt 45 ] || { step "skip bench $n (budget)"; continue; }
   bin=$B/moekit_new
-  case "$args" in old:*) bin=$B/moekit_old; args=${args#old:} ;; esac
+  case "$args" in
+    old:*) bin=$B/moekit_old; args=${args#old:} ;;
+    bin:*) args=${args#bin:}; bin=$B/${args%%:*}; args=${args#*:} ;;
+  esac
   envs=""
   while :; do
     first=${args%% *}
