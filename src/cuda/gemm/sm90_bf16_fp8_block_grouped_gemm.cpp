@@ -95,7 +95,14 @@ GroupedGemmConfig auto_grouped_gemm_config(GroupedGemmType t, int num_experts,
     if (r < 64 || (r >= 96 && r < 256)) return GroupedGemmConfig::kWgmma;
     return GroupedGemmConfig::kWide;
   }
-  if (r < 64) return GroupedGemmConfig::kWgmma;
+  //   With many experts (E >= 256) also from 64 to 255 rows per expert (2026-12-06, H100, the
+  //   16-byte scale-product loads, three interleaved runs, wgmma vs the previous pick, us:
+  //   deepseek-v3 2048 tokens, 64 rows, 4355..4381 vs narrow 4505..4524; 4096 tokens, 128 rows,
+  //   5207..5219 vs wide 5500..5518; kimi-k2 4096 tokens, 85 rows, 6970..7005 vs narrow
+  //   7010..7035; bench/results/layer_20261206_fp8_wgmma_many_experts_h100.json). The H200 tie at
+  //   deepseek-v3 4096 above predates those loads. Fewer experts at 128 rows (mixtral 512 tokens:
+  //   a tie) and 256 rows (qwen3 4096: wgmma 2432..2442 vs wide 2052) keep the CUTLASS picks.
+  if (r < 64 || (num_experts >= 256 && r < 256)) return GroupedGemmConfig::kWgmma;
   // fp8, CUTLASS (runs 2 and 3): swap-AB pays with few experts of ~128 rows (mixtral-8x7b at 512
   // tokens: 578 vs 670 us narrow) and loses with many experts at the same rows per expert
   // (deepseek-v3 4096, kimi-k2, qwen3-235b), so it is limited to E <= 16 (measured at E = 8;

@@ -513,9 +513,14 @@ TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
   EXPECT_EQ(pick(bf16, 256, 4096), wgmma);  // 512 tokens: 16 rows per expert
   EXPECT_EQ(pick(fp8, 256, 4096), wgmma);
   EXPECT_EQ(pick(bf16, 256, 32768), wgmma);  // 4096 tokens: 128 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 32768), wide);
+  EXPECT_EQ(pick(fp8, 256, 32768), wgmma);  // E >= 256: wgmma below 256 rows per expert
+  EXPECT_EQ(pick(fp8, 256, 16384), wgmma);  // 2048 tokens: 64 rows per expert
+  EXPECT_EQ(pick(fp8, 256, 256 * 255), wgmma);
+  EXPECT_EQ(pick(fp8, 256, 256 * 256), wide);
+  EXPECT_EQ(pick(fp8, 255, 255 * 128), wide);  // fewer experts: the CUTLASS picks
+  EXPECT_EQ(pick(fp8, 255, 255 * 64), narrow);
   EXPECT_EQ(pick(bf16, 384, 32768), wide);  // kimi-k2, 4096 tokens: 85 rows per expert
-  EXPECT_EQ(pick(fp8, 384, 32768), narrow);
+  EXPECT_EQ(pick(fp8, 384, 32768), wgmma);
   EXPECT_EQ(pick(fp8, 8, 0), wgmma);     // no rows
   EXPECT_EQ(pick(bf16, 8, 2048), wide);  // 256 rows per expert: past the wgmma range
   EXPECT_EQ(pick(fp8, 8, 2048), wide);
