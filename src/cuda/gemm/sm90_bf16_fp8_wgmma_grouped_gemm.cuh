@@ -462,18 +462,19 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
       constexpr int kN = decltype(n_tag)::value;
       fence_acc(a);
       static_assert(kN % 16 == 0, "the promotion reads 16 columns at a time");
+      // Group i's columns 8i + 2t (registers 0, 2) and 8i + 2t + 1 (1, 3).
+      auto group = [&](int i, float s_even, float s_odd) {
+        float* o = tot[0][i];
+        const float* x = a[0][i];
+        o[0] = fmaf(x[0], s_even, o[0]), o[1] = fmaf(x[1], s_odd, o[1]);
+        o[2] = fmaf(x[2], s_even, o[2]), o[3] = fmaf(x[3], s_odd, o[3]);
+      };
 #pragma unroll
       for (int q = 0; q < kN / 16; ++q) {
         // x, y: columns 16q + 2t, +1 (group 2q); z, w: 16q + 8 + 2t, +1 (group 2q + 1).
         const float4 s = lds_f4(slot + Cfg::kScalesOffset + 64 * q + 16 * t);
-        float* o = tot[0][2 * q];
-        const float* x = a[0][2 * q];
-        o[0] = fmaf(x[0], s.x, o[0]), o[1] = fmaf(x[1], s.y, o[1]);
-        o[2] = fmaf(x[2], s.x, o[2]), o[3] = fmaf(x[3], s.y, o[3]);
-        float* o1 = tot[0][2 * q + 1];
-        const float* x1 = a[0][2 * q + 1];
-        o1[0] = fmaf(x1[0], s.z, o1[0]), o1[1] = fmaf(x1[1], s.w, o1[1]);
-        o1[2] = fmaf(x1[2], s.z, o1[2]), o1[3] = fmaf(x1[3], s.w, o1[3]);
+        group(2 * q, s.x, s.y);
+        group(2 * q + 1, s.z, s.w);
       }
     };
     // Issue, retire, promote. In turn (wp.fp8_in_turn), the tensor cores run one warpgroup's
