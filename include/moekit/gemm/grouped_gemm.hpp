@@ -115,10 +115,12 @@ struct GroupedGemmArgs {
   // after the row gather, GEMM2 after the activation; not right after the permute that writes
   // the offsets). Graph-capturable.
   bool overlap_previous = false;
-  // kDecode only (a non-null value with another config is an error naming it; gated also with
-  // kWgmma for bf16):
+  // kDecode only (a non-null value with another config is an error naming it; row_index also
+  // with kWgmma, gated also with kWgmma for bf16):
   //   row_index: device [R] i32: row r of the problem reads A row row_index[r] (the unpermuted
-  //     hidden states: GEMM1 gathers its rows itself); null = row r.
+  //     hidden states: GEMM1 gathers its rows itself), and for fp8 its a_scales row
+  //     row_index[r]; null = row r. Trusted device data (as expert_offsets): every entry below
+  //     the rows of a (kWgmma: and below max_rows, its tensor map's bound).
   //   gated: GEMM1 with its activation in the epilogue: N = 2I (gate | up halves, N % 16 == 0),
   //     D [R, I] (ldd 0 = I) = act(gate + bias, up + bias) per gated->kind, with gated->bias
   //     (f32 [E, 2I], optional) indexed by the row's expert; gated->expert_offsets and

@@ -30,9 +30,9 @@ bool takes_f32_input(gemm::GroupedGemmType t, const MoeProblem& problem) {
 // Byte offsets of the pieces of workspace13 for R = M*k rows (workspace2 holds GEMM1's output).
 // a_rounded: bf16 [M, H] for f32 GEMM1 inputs (bf16 activations with the router weight on the
 // input, see round_input_rows); empty otherwise.
-// sorted_tokens: the token of each sorted row (the decode config's row_index: GEMM1 gathers its
-// rows itself, `a` stays unused). counters: the fused reduce's (bf16 decode sizes,
-// gemm::DecodeRouting).
+// sorted_tokens: the token of each sorted row (the decode and wgmma configs' row_index: GEMM1
+// gathers its rows itself, `a` and `a_scales` stay unused). counters: the fused reduce's (bf16
+// decode sizes, gemm::DecodeRouting).
 struct Layout13 {
   std::size_t offsets, sorted_ids, permuted_row, sorted_tokens, permute_scratch, a_rounded, a,
       a_scales, act, act_scales, out2, gemm_ws, counters, total;
@@ -50,7 +50,7 @@ Layout13 layout13(gemm::GroupedGemmType t, const MoeProblem& problem) {
   l.offsets = p, p += ws_up((static_cast<std::size_t>(e) + 1) * 4);
   l.sorted_ids = p, p += ws_up(r * 4);
   l.permuted_row = p, p += ws_up(r * 4);
-  l.sorted_tokens = p, p += is_fp8(t) ? 0 : ws_up(r * 4);
+  l.sorted_tokens = p, p += ws_up(r * 4);
   l.permute_scratch = p, p += ws_up(detail::permute_scratch_bytes(static_cast<std::int64_t>(r), e));
   l.a_rounded = p, p += takes_f32_input(t, problem) ? ws_up(m * h * 2) : 0;
   l.a = p, p += ws_up(r * h * elem);
@@ -88,6 +88,21 @@ gemm::GroupedGemmConfig grouped_gemm_config_from_env(gemm::GroupedGemmType t) {
   return gemm::GroupedGemmConfig::kAuto;
 }
 
+int wgmma_row_gather_from_env() {
+  const char* v = std::getenv("MOEKIT_WGMMA_ROW_GATHER");
+  if (v == nullptr || *v == 0) return -1;
+  const std::string s = v;
+  MOEKIT_CHECK_ARG(s == "0" || s == "1", "MOEKIT_WGMMA_ROW_GATHER", "0 or 1", s);
+  return s == "1" ? 1 : 0;
+}
+
+bool wgmma_gathers_rows(int from_env, bool fp8, int num_experts, std::int64_t rows) {
+  if (from_env >= 0) return from_env == 1;
+  const std::int64_t holders =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, rows));
+  return !fp8 && num_experts >= 256 && rows / holders >= 96;
+}
+
 struct GroupedGemmExperts::State {
   MoeProblem problem;
   Tensor w13_owned, w2_owned, w13_scales_owned, w2_scales_owned;
@@ -98,12 +113,14 @@ struct GroupedGemmExperts::State {
   Tensor w13_bias, w2_bias;            // device f32 [E, 2I] / [E, H] (layers with biases)
   bool prepared = false;
   gemm::GroupedGemmConfig config = gemm::GroupedGemmConfig::kAuto;
+  int wgmma_row_gather = -1;  // MOEKIT_WGMMA_ROW_GATHER: -1 unset (wgmma_gathers_rows), 0, 1
 };
 
 GroupedGemmExperts::GroupedGemmExperts(const MoeProblem& problem, gemm::GroupedGemmType type)
     : type_(type), state_(std::make_unique<State>()) {
   state_->problem = problem;
   state_->config = grouped_gemm_config_from_env(type);
+  state_->wgmma_row_gather = wgmma_row_gather_from_env();
 }
 
 GroupedGemmExperts::~GroupedGemmExperts() = default;
@@ -310,16 +327,20 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const std::int32_t* used_rows = offsets + e;
   // The decode config (bf16, few rows) gathers GEMM1's rows itself (row_index) and runs the
   // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
-  // bf16 wgmma config takes gathered rows and runs the activation in GEMM1's epilogue too. The
-  // CUTLASS configs (and fp8 on wgmma) take gathered rows and the activation kernel between the
-  // GEMMs. (fp8 has no decode kernel: a forced decode config fails in grouped_gemm, naming the
-  // config, before anything reads the bf16-only sorted_tokens region.)
+  // wgmma config gathers GEMM1's rows itself too on its 160r256 tile (wgmma_gathers_rows: cp.async
+  // by two producer warps; fp8 would take the rows' scales by the same index), and for bf16 runs
+  // the activation in GEMM1's epilogue. The CUTLASS configs take gathered rows, and they
+  // and fp8 on wgmma the activation kernel between the GEMMs. (fp8 has no decode kernel: a forced
+  // decode config fails in grouped_gemm, naming the config.)
   const gemm::GroupedGemmConfig config =
       gemm::resolve_grouped_gemm_config(type_, st.config, e, rows);
   const bool decode = !fp8 && config == gemm::GroupedGemmConfig::kDecode;
-  const bool gated_gemm1 = decode || (!fp8 && config == gemm::GroupedGemmConfig::kWgmma);
+  const bool wgmma = config == gemm::GroupedGemmConfig::kWgmma;
+  const bool gated_gemm1 = decode || (!fp8 && wgmma);
+  const bool indexed =  // GEMM1 takes row_index
+      decode || (wgmma && wgmma_gathers_rows(st.wgmma_row_gather, fp8, e, rows));
   auto* tokens =
-      decode ? reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens)) : nullptr;
+      indexed ? reinterpret_cast<std::int32_t*>(ws_at(workspace13, l.sorted_tokens)) : nullptr;
   // Decode sizes on the decode config: the permutation in both GEMMs, the reduce in GEMM2's
   // epilogue (two kernels; gemm::DecodeRouting).
   const bool fused = decode && rows <= detail::decode_routing_max_rows();
@@ -332,7 +353,7 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   const void* a_src = f32_in ? detail::round_input_rows(in.a1q.values, m, h,
                                                         ws_at(workspace13, l.a_rounded), stream)
                              : in.a1q.values.data;
-  if (!decode) {
+  if (!indexed) {
     detail::gather_rows(a_src, h * elem, sorted, k, rows, used_rows, ws_at(workspace13, l.a),
                         stream);
     if (fp8)
@@ -354,13 +375,15 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   g1.k = h;
   g1.max_rows = rows;
   g1.expert_offsets = offsets;
-  g1.a = decode ? a_src : ws_at(workspace13, l.a);
-  g1.lda = decode ? h : 0;
-  g1.row_index = decode ? tokens : nullptr;
+  g1.a = indexed ? a_src : ws_at(workspace13, l.a);
+  g1.lda = indexed ? h : 0;
+  g1.row_index = indexed ? tokens : nullptr;
   g1.gated = gated_gemm1 ? &act : nullptr;
   g1.b = st.w13;
   g1.d = gated_gemm1 ? ws_at(workspace13, l.act) : workspace2.data;
-  g1.a_scales = fp8 ? reinterpret_cast<const float*>(ws_at(workspace13, l.a_scales)) : nullptr;
+  g1.a_scales = !fp8    ? nullptr
+                 : indexed ? in.a1q.scales.ptr<const float>()
+                           : reinterpret_cast<const float*>(ws_at(workspace13, l.a_scales));
   g1.b_scales = st.w13_scales;
   g1.workspace = ws_at(workspace13, l.gemm_ws);
   g1.workspace_bytes = gemm::grouped_gemm_workspace_bytes(type_, e);

@@ -258,8 +258,8 @@ void grouped_gemm(GroupedGemmType t, const GroupedGemmArgs& args_in) {
                                             " kernel"),
                    grouped_gemm_config_name(config));
   if (config != GroupedGemmConfig::kDecode) {
-    MOEKIT_CHECK_ARG(a.row_index == nullptr, "row_index", "null unless the config is decode",
-                     grouped_gemm_config_name(config));
+    MOEKIT_CHECK_ARG(a.row_index == nullptr || config == GroupedGemmConfig::kWgmma, "row_index",
+                     "null unless the config is decode or wgmma", grouped_gemm_config_name(config));
     const bool gated_ok = config == GroupedGemmConfig::kWgmma && !fp8;
     MOEKIT_CHECK_ARG(a.gated == nullptr || gated_ok, "gated",
                      "null unless the config is decode (or wgmma for bf16)",

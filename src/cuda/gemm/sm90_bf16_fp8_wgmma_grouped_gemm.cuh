@@ -10,6 +10,10 @@
 // of K per row of both operands (bf16 64, e4m3 128 elements), each loaded by one TMA box with the
 // 128-byte swizzle straight into its wgmma slot, on the slot's full mbarrier:
 //   activations: [rows][k] in expert order (gathered beforehand), box 128 B x the class's rows;
+//     or, with a row index (GroupedGemmArgs::row_index: GEMM1 gathers its rows itself), the
+//     unpermuted rows [tokens][k] by 16-byte cp.async of two producer warps into the same
+//     swizzled places (their completion arrives on the full mbarrier; the consumers fence the
+//     generic-proxy writes before their wgmma reads them);
 //   weights [E][N][K] (the checkpoint layout, read in place):
 //     plain:  a 3-D map (k, n, expert), box 128 B x kRows rows;
 //     gated (bf16 GEMM1 with the activation in the epilogue, N = 2I, gate | up halves): a 5-D map
@@ -18,11 +22,12 @@
 //       output column.
 // Out-of-bounds box elements are zeros (K tails, rows past N or past the activations).
 //
-// One producer thread issues every stage of the CTA's units into the ring (across units); for fp8
-// one more producer warp writes each stage's scale products into the slot: s[j] = sa[row j, kb] *
-// sb[e, row block, kb] for the stage's kb = the stage index (its 32 lanes arrive on the slot's own
-// scale mbarrier after their stores; the consumers wait for it and the full one). The consumers
-// per stage: wait, 4 wgmma k-steps per m64 tile,
+// One producer thread issues every stage of the CTA's units into the ring (across units), with a
+// row index two more producer warps the activation rows; for fp8 one producer warp writes each
+// stage's scale products into the
+// slot: s[j] = sa[row j, kb] * sb[e, row block, kb] for the stage's kb = the stage index (its 32
+// lanes arrive on the slot's own scale mbarrier after their stores; the consumers wait for it and
+// the full one). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
 //   bf16: commit, retire the previous stage (wait 1) and release its slot; the accumulators carry
 //     across the whole K;
 //   fp8: the two warpgroups issue in turn (named barriers 2 / 3; one copy of the loop per
@@ -96,7 +101,11 @@ using sm90_w4a16::with_token_class;
 
 struct WgmmaGemmParams {
   Params p;               // expert_offsets, out / ldo, bias (gated), n, k, num_experts, swiglu
-  const float* a_scales;  // fp8: [rows][k / 128] (the gathered activations' 1x128 scales)
+  const float* a_scales;  // fp8: [rows][k / 128] (the activations' 1x128 scales; with row_index
+                          // indexed like the activations: by row_index[row])
+  const std::int32_t* row_index;  // null, or row r reads activation row row_index[r] (gather):
+  const std::uint8_t* gather_a;   //   the unpermuted rows, row stride gather_lda bytes
+  std::int64_t gather_lda;
   const float* b_scales;  // fp8: [E][ceil(n / 128)][k / 128]
   int fp8_in_turn;        // fp8: the warpgroups issue their stages in turn (else in step)
   int token_classes;      // units run the narrowest token class that holds their rows (else the
@@ -104,8 +113,8 @@ struct WgmmaGemmParams {
 };
 
 // The TMA descriptors of one launch (encoded by the launcher). a[c]: the activations, box 128 B x
-// the width of token class c (classes past the tile's last repeat its box); w: the weights (3-D
-// plain or 5-D gated, above).
+// the width of token class c (classes past the tile's last repeat its box; unused with a row
+// index); w: the weights (3-D plain or 5-D gated, above).
 struct WgmmaGemmMaps {
   CUtensorMap a[kMaxTokenClasses], w;
 };
@@ -287,19 +296,20 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
 }
 
 // The producer thread's feed: one stage of its CTA's units per call, in the consumers' order.
+// gather: the activation rows come from the gather warps (a row index): the weights only.
 template <typename Cfg, bool kGated>
 __device__ __forceinline__ void issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f,
                                             const Params& p, const WgmmaGemmMaps& maps,
                                             const int* tile_start, const WgmmaGemmSmem<Cfg>& sm,
-                                            bool classes) {
+                                            bool classes, bool gather) {
   f.wait_slot_free(sm.empty(f.slot));
   // The unit's token class: its box of activation rows (the consumers' wgmma N).
   const int cls = token_class<Cfg::kTokens, Cfg::kNarrowTails>(
       min(f.un.row_end - f.un.row_begin, Cfg::kTokens), classes);
   const std::uint32_t bar = sm.full(f.slot), dst = sm.slot(f.slot);
-  mbar_arrive_expect_tx(bar, (token_class_width(cls) + Cfg::kRows) * 128);
+  mbar_arrive_expect_tx(bar, ((gather ? 0 : token_class_width(cls)) + Cfg::kRows) * 128);
   const int k0 = f.c * Cfg::kStageK;
-  tma_load_2d(dst, &maps.a[cls], k0, f.un.row_begin, bar);
+  if (!gather) tma_load_2d(dst, &maps.a[cls], k0, f.un.row_begin, bar);
   if constexpr (kGated) {
     tma_load_5d(dst + Cfg::kWOffset, &maps.w, k0, 0, 0, f.un.cta_rt * (Cfg::kRows / 16), f.un.e,
                 bar);
@@ -307,6 +317,50 @@ __device__ __forceinline__ void issue_stage(WgmmaStageCursor<Cfg::kTokens, Cfg::
     tma_load_3d(dst + Cfg::kWOffset, &maps.w, k0, f.un.cta_rt * Cfg::kRows, f.un.e, bar);
   }
   f.advance(p, tile_start);
+}
+
+// With a row index, the activation rows of each stage come from the gather warps (warps 10 and
+// 11 of the producer warpgroup: kGatherThreads threads, run_gather_warps), and the producer
+// thread's stage (issue_stage with gather) counts and loads the weights only.
+inline constexpr int kGatherThreads = 64;
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Thread gt (0 .. kGatherThreads - 1) copies the 16-byte chunk gt % 8 of the stage's rows
+// gt / 8 + 8 i (i < kTokens / 8) below the unit's rows (n_rows): a row's 8 chunks from 8
+// neighbouring lanes (one 128-byte line), each to its 128-byte-swizzled place (chunk ^ row % 8,
+// the TMA box's layout; row % 8 = gt / 8 for all of a thread's rows). Rows past n_rows keep what
+// the slot held (their output columns are never stored, and each output column depends on its
+// own activation row only); chunks past k are zero-filled (the weights' K tail is zero, and a
+// stale NaN times zero would not be). Then one arrival on the slot's full barrier once the
+// thread's copies landed (cp.async.mbarrier.arrive.noinc: the barrier counts these threads).
+template <typename Cfg>
+__device__ __forceinline__ void run_gather_warps(const WgmmaGemmParams& wp, const int* tile_start,
+                                                 const WgmmaGemmSmem<Cfg>& sm, int units,
+                                                 int stages, int cta_row_tiles, int gt) {
+  using Cursor = WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>;
+  Cursor f{static_cast<int>(blockIdx.x), 0, stages, units, cta_row_tiles, 0, 0, {}};
+  f.next_unit(wp.p, tile_start);
+  const int chunk = gt % 8, row0 = gt / 8;
+  const std::uint32_t place = row0 * 128 + ((chunk ^ row0) * 16);
+  const std::int64_t k_bytes = static_cast<std::int64_t>(wp.p.k) * (Cfg::kFp8 ? 1 : 2);
+  while (f.u < units) {
+    f.wait_slot_free(sm.empty(f.slot));
+    const int n_rows = min(f.un.row_end - f.un.row_begin, Cfg::kTokens);
+    const std::uint32_t dst = sm.slot(f.slot) + place;
+    const std::int64_t col = static_cast<std::int64_t>(f.c) * 128 + chunk * 16;
+    const bool in_k = col < k_bytes;
+    const std::uint8_t* src = wp.gather_a + (in_k ? col : 0);
+    const std::int32_t* index = wp.row_index + f.un.row_begin;
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokens / 8; ++i) {
+      const int row = row0 + 8 * i;
+      if (row < n_rows)
+        sm90_w4a16::cp_async16(dst + i * 1024, src + __ldg(index + row) * wp.gather_lda, in_k);
+    }
+    cp_async_mbar_arrive_noinc(sm.full(f.slot));
+    f.advance(wp.p, tile_start);
+  }
 }
 
 // fp8: where token j's scale product sits in a stage's scale block (bytes). The promotion reads
@@ -337,9 +391,9 @@ struct StageScales {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + 32 * i, row = un.row_begin + j;
-      sa[i] = j < Cfg::kTokens && row < un.row_end
-                  ? wp.a_scales[static_cast<std::int64_t>(row) * kblocks + c]
-                  : 0.0f;
+      const bool in = j < Cfg::kTokens && row < un.row_end;
+      const std::int64_t src = in && wp.row_index != nullptr ? wp.row_index[row] : row;
+      sa[i] = in ? wp.a_scales[src * kblocks + c] : 0.0f;
     }
   }
   // Token lane + 32 i goes to scale_product_offset(lane) + 128 i.
@@ -398,6 +452,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
   const Params& p = wp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, t = lane % 4;
   const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
+  const bool gather = wp.row_index != nullptr;
   std::uint32_t rd = seq % Cfg::kStages, ph = (seq / Cfg::kStages) & 1, prev = rd;
 
   // Stage c's MMAs (wgmma N = kN, the class's width) into a (kMTiles m64 tiles; fp8 a fresh
@@ -436,6 +491,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     with_token_class<Cfg::kTokens>(cls, [&](auto n_tag) {
       for (int c = 0; c < stages; ++c) {
         mbar_wait(sm.full(rd), ph);
+        if (gather) fence_proxy_async_smem();  // the gather warps' cp.async rows
         issue(n_tag, acc, sm.slot(rd), c, wg);
         wgmma_wait<1>();  // stage c - 1 retired: its slot is free
         if (c > 0) release_slot(sm.empty(prev), lane);
@@ -491,6 +547,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
       for (int c = 0; c < stages; ++c) {
         mbar_wait(sm.full(rd), ph);
         mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
+        if (gather) fence_proxy_async_smem();  // the gather warps' cp.async rows
         if (in_turn && (kWg == 1 || seq > 0 || c > 0)) issued_wait(kWg == 1 ? 2 : 3);
         issue(n_tag, acc, sm.slot(rd), c, kWg);
         if (in_turn && (kWg == 0 || !last || c + 1 < stages)) issued_arrive(kWg == 0 ? 2 : 3);
@@ -528,7 +585,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int s = 0; s < Cfg::kStages; ++s)
         cuda::sm90::mbar_init(sm.slot(s) + Cfg::kScalesBarOffset, 32);
     }
-    sm.init(Cfg::kConsumers / 32);  // (its fence publishes the scale barriers too)
+    // (its fence publishes the scale barriers too); with a row index the full barriers also
+    // count the gather threads' cp.async arrivals
+    sm.init(Cfg::kConsumers / 32, wp.row_index != nullptr ? 1 + kGatherThreads : 1);
   }
   if (warp == 1) prefix_token_tiles<Cfg::kTokens>(p, lane, tile_start);
   __syncthreads();  // the last CTA-wide barrier: from here on only mbarriers
@@ -537,11 +596,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int units = tile_start[p.num_experts] * cta_row_tiles;
   const int stages = (p.k + Cfg::kStageK - 1) / Cfg::kStageK;
   if (tid >= Cfg::kConsumers) {  // the producer warpgroup
+    const bool gather = wp.row_index != nullptr;
     run_wgmma_producer<Cfg::kTokens, Cfg::kStages, Cfg::kProducerRegs>(
         tid == Cfg::kConsumers, maps, p, tile_start, units, stages, cta_row_tiles,
         [&](WgmmaStageCursor<Cfg::kTokens, Cfg::kStages>& f) {
-          issue_stage<Cfg, kEpi != 0>(f, p, maps, tile_start, sm, wp.token_classes != 0);
+          issue_stage<Cfg, kEpi != 0>(f, p, maps, tile_start, sm, wp.token_classes != 0, gather);
         });
+    if (gather && warp >= Cfg::kConsumers / 32 + 2)  // warps 10, 11: the activation rows
+      run_gather_warps<Cfg>(wp, tile_start, sm, units, stages, cta_row_tiles,
+                            tid - Cfg::kConsumers - 64);
     if constexpr (Cfg::kFp8) {
       if (warp == Cfg::kConsumers / 32 + 1)  // the scale warp
         run_scale_warp<Cfg>(wp, tile_start, sm, units, stages, cta_row_tiles, lane);
@@ -588,6 +651,8 @@ WgmmaGemmMaps wgmma_gemm_maps(const GroupedGemmArgs& args, bool gated) {
   const std::uint64_t k = static_cast<std::uint64_t>(args.k),
                       n = static_cast<std::uint64_t>(args.n);
   WgmmaGemmMaps m;
+  // (With a row index the gather warps read the rows: the class maps are encoded all the same,
+  // over max_rows rows of a, and stay unused.)
   sm90_w4a16::encode_token_class_maps<Cfg::kTokens>(
       m.a, "a", type, args.a, k, static_cast<std::uint64_t>(args.max_rows),
       static_cast<std::uint64_t>(args.lda) * elem, Cfg::kStageK);
@@ -653,6 +718,9 @@ void run_wgmma_grouped_gemm(const GroupedGemmArgs& args, const char* where) {
   wp.p = sm90_w4a16::grouped_gemm_output_params(args);
   wp.a_scales = args.a_scales;
   wp.b_scales = args.b_scales;
+  wp.row_index = args.row_index;
+  wp.gather_a = static_cast<const std::uint8_t*>(args.a);
+  wp.gather_lda = args.lda * (Cfg::kFp8 ? 1 : 2);
   wp.fp8_in_turn = Cfg::kFp8 && wgmma_fp8_in_turn();
   wp.token_classes = wgmma_token_classes() ? 1 : 0;
   const bool gated = args.gated != nullptr;

@@ -65,10 +65,11 @@ struct WgmmaRing {
   __device__ std::uint32_t slot(std::uint32_t s) const { return slots + s * kStageBytes; }
   __device__ std::uint32_t full(std::uint32_t s) const { return bars + 8 * s; }
   __device__ std::uint32_t empty(std::uint32_t s) const { return bars + 8 * (kStages + s); }
-  // One thread, before the CTA barrier that publishes the barriers to the others.
-  __device__ void init(int consumer_warps) const {
+  // One thread, before the CTA barrier that publishes the barriers to the others. full_arrivals:
+  // the producer's arrive.expect_tx, plus any threads that arrive when their copies land.
+  __device__ void init(int consumer_warps, int full_arrivals = 1) const {
     for (int s = 0; s < kStages; ++s) {
-      cuda::sm90::mbar_init(full(s), 1);
+      cuda::sm90::mbar_init(full(s), full_arrivals);
       cuda::sm90::mbar_init(empty(s), consumer_warps);
     }
     cuda::sm90::fence_mbar_init();

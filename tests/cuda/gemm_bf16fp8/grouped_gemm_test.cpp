@@ -358,6 +358,168 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
   }
 }
 
+// The wgmma config gathering its rows itself (GroupedGemmArgs::row_index: one single-row TMA box
+// per row of a unit, from the unpermuted rows; fp8: their 1x128 scales by the same index), against
+// the same launch on rows gathered beforehand: the same bits on every tile, with tokens repeated
+// across experts (top-k), empty experts, experts of 1 / 31 / 33 / 145..300 rows, a strided source
+// whose row pads hold NaN bytes and, bf16, the gated GEMM1 epilogue (both activations, bias). The
+// plain GEMM is also checked against float64 (5e-3, the file's bound); rows past offsets[E] keep
+// their poison. Configs other than decode and wgmma refuse a row index, naming it.
+TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
+  MOEKIT_REQUIRE_GPU();
+  const auto t = GetParam();
+  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const std::vector<int> counts = {0, 1, 31, 33, 145, 160, 161, 300, 64};
+  const int E = static_cast<int>(counts.size()), tokens = 211, K = fp8 ? 384 : 328, pad = 16;
+  const int lda = K + pad, elem = fp8 ? 1 : 2;
+  const auto off = offsets_of(counts);
+  const int used = off[E], rows = used + 3;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> pick(0, tokens - 1);
+  std::vector<std::int32_t> index(static_cast<std::size_t>(rows));
+  for (auto& v : index) v = pick(rng);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(tokens) * K);
+  for (auto& v : x) v = dist(rng);
+  // The source rows as bytes (bf16 bits or e4m3 codes), their float values, fp8 scales.
+  std::vector<std::uint8_t> src_bytes(static_cast<std::size_t>(tokens) * K * elem);
+  std::vector<float> src_vals(x.size()), src_scales;
+  if (fp8) {
+    auto q = quantize_act_1x128(x, tokens, K);
+    std::memcpy(src_bytes.data(), q.q.data(), q.q.size());
+    src_vals = q.dequant;
+    src_scales = q.scales;
+  } else {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::uint16_t b = float_to_bf16(x[i]);
+      std::memcpy(&src_bytes[2 * i], &b, 2);
+      src_vals[i] = bf16_to_float(b);
+    }
+  }
+  // Gathered beforehand: row r = source row index[r] (rows past `used` too: the capacity rows).
+  const int kb = K / 128;
+  std::vector<std::uint8_t> gathered_bytes(static_cast<std::size_t>(rows) * K * elem);
+  std::vector<float> gathered_vals(static_cast<std::size_t>(rows) * K), gathered_scales;
+  for (int r = 0; r < rows; ++r) {
+    const std::size_t src = static_cast<std::size_t>(index[static_cast<std::size_t>(r)]);
+    std::memcpy(&gathered_bytes[static_cast<std::size_t>(r) * K * elem], &src_bytes[src * K * elem],
+                static_cast<std::size_t>(K) * elem);
+    std::memcpy(&gathered_vals[static_cast<std::size_t>(r) * K], &src_vals[src * K], K * 4);
+    if (fp8)
+      for (int b = 0; b < kb; ++b) gathered_scales.push_back(src_scales[src * kb + b]);
+  }
+  DeviceArray<std::uint8_t> d_src(pad_rows(src_bytes.data(), tokens, K, pad, elem));
+  DeviceArray<std::uint8_t> d_gathered(gathered_bytes);
+  DeviceArray<std::int32_t> d_index(index), d_off(off);
+  DeviceArray<float> d_src_scales(fp8 ? src_scales : std::vector<float>{0.0f});
+  DeviceArray<float> d_gathered_scales(fp8 ? gathered_scales : std::vector<float>{0.0f});
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
+  DeviceArray<std::uint8_t> d_ws(ws);
+
+  // One launch of the wgmma config (n columns; gated: act); returns D's bits [rows][n or n / 2].
+  auto launch = [&](const void* b, const float* b_scales, int n, bool indexed,
+                    const gemm::GatedActivationArgs* act) -> std::vector<std::uint16_t> {
+    const int out_cols = act != nullptr ? n / 2 : n;
+    DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * out_cols);
+    EXPECT_EQ(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * out_cols * 2),
+              cudaSuccess);
+    GroupedGemmArgs a;
+    a.num_experts = E, a.n = n, a.k = K, a.max_rows = rows;
+    a.expert_offsets = d_off.get(), a.b = b, a.d = d.get(), a.b_scales = b_scales;
+    a.a = indexed ? static_cast<const void*>(d_src.get()) : d_gathered.get();
+    a.lda = indexed ? lda : K;
+    a.row_index = indexed ? d_index.get() : nullptr;
+    if (fp8) a.a_scales = indexed ? d_src_scales.get() : d_gathered_scales.get();
+    a.gated = act;
+    a.workspace = d_ws.get(), a.workspace_bytes = ws;
+    a.config = gemm::GroupedGemmConfig::kWgmma;
+    gemm::grouped_gemm(t, a);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return d.download();
+  };
+  auto check_poison = [&](const std::vector<std::uint16_t>& bits, int out_cols) {
+    int clobbered = 0;
+    for (std::size_t i = static_cast<std::size_t>(used) * out_cols; i < bits.size(); ++i)
+      clobbered += bits[i] != kPoison;
+    EXPECT_EQ(clobbered, 0) << "rows past offsets[E] written";
+  };
+
+  // Plain GEMM: N 264 (a partial weight-row tile and, fp8, a partial 128-row scale block).
+  const int n = 264;
+  std::vector<float> w(static_cast<std::size_t>(E) * n * K);
+  for (auto& v : w) v = dist(rng) * 0.05f;
+  std::vector<float> w_vals(w.size()), w_scales{0.0f};
+  std::vector<std::uint8_t> w_bytes(w.size() * elem);
+  if (fp8) {
+    auto q = quantize_weight_128x128(w, E, n, K);
+    w_bytes = q.q;
+    w_scales = q.scales;
+    w_vals = q.dequant;
+  } else {
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const std::uint16_t b = float_to_bf16(w[i]);
+      std::memcpy(&w_bytes[2 * i], &b, 2);
+      w_vals[i] = bf16_to_float(b);
+    }
+  }
+  DeviceArray<std::uint8_t> d_w(w_bytes);
+  DeviceArray<float> d_w_scales(w_scales);
+  const std::vector<double> ref = grouped_reference(gathered_vals, w_vals, off, n, K);
+  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
+    if (fp8 && std::string(tile) == "160r256") continue;
+    SCOPED_TRACE(tile);
+    ScopedEnv scoped(kWgmmaTileEnv, tile);
+    const auto gathered = launch(d_w.get(), d_w_scales.get(), n, false, nullptr);
+    const auto indexed = launch(d_w.get(), d_w_scales.get(), n, true, nullptr);
+    EXPECT_TRUE(indexed == gathered) << "row_index differs from the gathered rows";
+    std::vector<double> got;
+    for (std::size_t i = 0; i < ref.size(); ++i) got.push_back(bf16_to_float(indexed[i]));
+    const double err = rel_l2(got, ref);
+    EXPECT_LT(err, kGemmBound) << "rel L2 " << err;
+    check_poison(indexed, n);
+  }
+
+  if (!fp8) {  // the gated GEMM1 (I = 136: a partial third CTA tile of row pairs)
+    const int gn = 272;
+    const GatedInputs gin = random_gated_inputs(rng, 1, E, gn, K);
+    DeviceArray<std::uint16_t> d_gw(gin.w_bits);
+    DeviceArray<float> d_bias(gin.bias);
+    for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
+      SCOPED_TRACE(std::string(activation_name(kind)));
+      const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
+      for (const char* tile : {"128n", "160", "160r256"}) {
+        SCOPED_TRACE(tile);
+        ScopedEnv scoped(kWgmmaTileEnv, tile);
+        const auto gathered = launch(d_gw.get(), nullptr, gn, false, &act);
+        const auto indexed = launch(d_gw.get(), nullptr, gn, true, &act);
+        EXPECT_TRUE(indexed == gathered) << "gated: row_index differs from the gathered rows";
+        check_poison(indexed, gn / 2);
+      }
+    }
+  }
+
+  // A CUTLASS config refuses the row index, naming it and the config.
+  if (gemm::grouped_gemm_config_built(t, gemm::GroupedGemmConfig::kNarrow)) {
+    GroupedGemmArgs a;
+    a.num_experts = E, a.n = n, a.k = K, a.max_rows = rows;
+    a.expert_offsets = d_off.get(), a.a = d_src.get(), a.lda = lda, a.b = d_w.get();
+    a.d = d_gathered.get(), a.a_scales = d_src_scales.get(), a.b_scales = d_w_scales.get();
+    a.row_index = d_index.get();
+    a.workspace = d_ws.get(), a.workspace_bytes = ws;
+    a.config = gemm::GroupedGemmConfig::kNarrow;
+    try {
+      gemm::grouped_gemm(t, a);
+      ADD_FAILURE() << "no error for row_index with the narrow config";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("row_index: expected null unless the config is "
+                                                 "decode or wgmma"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("narrow"));
+    }
+  }
+}
+
 // The per-expert problem sizes come from device memory: a captured graph replayed after the
 // routing changed must follow the new expert_offsets (no host copy of them baked in).
 TEST_P(GroupedGemm, GraphReplayFollowsDeviceOffsets) {

@@ -21,6 +21,7 @@
 
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/gpu_test_util.hpp"
+#include "moekit/core/error.hpp"
 #include "moekit/core/tensor.hpp"
 #include "moekit/quant/codecs.hpp"
 #include "test_seed.hpp"
@@ -89,6 +90,42 @@ void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std
   }
   for (std::int64_t a = 0; a < n; ++a)
     EXPECT_EQ(got_prow[static_cast<std::size_t>(a)], prow[static_cast<std::size_t>(a)]) << a;
+}
+
+// Where the wgmma config's GEMM1 gathers its rows itself (host rule, no GPU): by default the bf16
+// 160r256 tile only (E >= 256 with >= 96 rows per expert: deepseek-v3 / kimi-k2 from ~3072
+// tokens), never fp8, never few experts or few rows per expert; MOEKIT_WGMMA_ROW_GATHER=0 / 1
+// forces either, and any other value is an error naming the variable, expected and actual value.
+TEST(ExpertsGlueCuda, WgmmaRowGatherRule) {
+  using cuda::wgmma_gathers_rows;
+  EXPECT_TRUE(wgmma_gathers_rows(-1, false, 256, 4096 * 8));   // deepseek-v3 4096: 128 per expert
+  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 384, 4096 * 8));  // kimi-k2 4096: 85 per expert
+  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 384, 4000 * 8));  // 83 rows per expert
+  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 256, 95 * 256));  // below 96 rows per expert
+  EXPECT_TRUE(wgmma_gathers_rows(-1, false, 256, 96 * 256));
+  EXPECT_FALSE(wgmma_gathers_rows(-1, true, 256, 4096 * 8));   // fp8: slower, never by default
+  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 128, 4096 * 4));  // gpt-oss 4096: the 160 tile
+  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 256, 0));
+  EXPECT_TRUE(wgmma_gathers_rows(1, true, 8, 64));
+  EXPECT_FALSE(wgmma_gathers_rows(0, false, 256, 4096 * 8));
+  {
+    test::ScopedEnv unset("MOEKIT_WGMMA_ROW_GATHER", "");
+    EXPECT_EQ(cuda::wgmma_row_gather_from_env(), -1);
+  }
+  {
+    test::ScopedEnv on("MOEKIT_WGMMA_ROW_GATHER", "1");
+    EXPECT_EQ(cuda::wgmma_row_gather_from_env(), 1);
+  }
+  test::ScopedEnv bad("MOEKIT_WGMMA_ROW_GATHER", "yes");
+  try {
+    cuda::wgmma_row_gather_from_env();
+    ADD_FAILURE() << "no error for MOEKIT_WGMMA_ROW_GATHER=yes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MOEKIT_WGMMA_ROW_GATHER: expected 0 or 1"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("yes"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ExpertsGlueCuda, PermuteByExpertWithSortedTokens) {
