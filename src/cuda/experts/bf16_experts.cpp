@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/device_runtime.hpp"
+#include "cuda/gemm/sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "moekit/core/error.hpp"
 
@@ -98,9 +99,7 @@ int wgmma_row_gather_from_env() {
 
 bool wgmma_gathers_rows(int from_env, bool fp8, int num_experts, std::int64_t rows) {
   if (from_env >= 0) return from_env == 1;
-  const std::int64_t holders =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, rows));
-  return !fp8 && num_experts >= 256 && rows / holders >= 96;
+  return std::string(gemm::detail::wgmma_auto_tile_name(fp8, num_experts, rows)) == "160r256";
 }
 
 struct GroupedGemmExperts::State {
@@ -329,8 +328,8 @@ void GroupedGemmExperts::apply(const DispatchedActivations& in, const TensorView
   // activation (+ GEMM1's bias) in GEMM1's epilogue: no gather and no activation kernel. The
   // wgmma config gathers GEMM1's rows itself too on its 160r256 tile (wgmma_gathers_rows: cp.async
   // by two producer warps; fp8 would take the rows' scales by the same index), and for bf16 runs
-  // the activation in GEMM1's epilogue. The CUTLASS configs take gathered rows, and they
-  // and fp8 on wgmma the activation kernel between the GEMMs. (fp8 has no decode kernel: a forced
+  // the activation in GEMM1's epilogue. The CUTLASS configs take gathered rows; they, and fp8 on
+  // wgmma, run the activation kernel between the GEMMs. (fp8 has no decode kernel: a forced
   // decode config fails in grouped_gemm, naming the config.)
   const gemm::GroupedGemmConfig config =
       gemm::resolve_grouped_gemm_config(type_, st.config, e, rows);

@@ -55,7 +55,7 @@ gemm::GroupedGemmConfig grouped_gemm_config_from_env(gemm::GroupedGemmType t);
 // Whether the wgmma config's GEMM1 gathers its rows itself (GroupedGemmArgs::row_index, cp.async
 // by two producer warps) instead of the row-gather kernel before it: by default only on the bf16
 // 160r256 tile (E >= 256, >= 96 rows per expert: 256 weight rows per CTA carry the copies; H100,
-// 2026-12-06, deepseek-v3 4096 tokens -4.5%; the 128 / 160-row tiles were 31-35% slower, fp8
+// 2026-12-06, deepseek-v3 4096 tokens -5.1%; the 128 / 160-row tiles were 17-35% slower, fp8
 // and bf16, docs/kernels/bf16_fp8.md "2026-12-06b"). MOEKIT_WGMMA_ROW_GATHER=0 / 1 forces either
 // (A/B measurements; the bits are the same); any other value is an error naming the variable.
 // from_env: wgmma_row_gather_from_env() (-1 when unset).

@@ -4,7 +4,9 @@
 // launch. Compiled only with MOEKIT_WITH_CUTLASS.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "moekit/gemm/grouped_gemm.hpp"
 
@@ -28,6 +30,15 @@ void bf16_decode_grouped_gemm_run(const GroupedGemmArgs& args);
 
 // Not CUTLASS: the wgmma grouped GEMM (sm90_bf16_fp8_wgmma_grouped_gemm.cuh), one TU per type;
 // no workspace.
+// The wgmma config's token tile without the MOEKIT_WGMMA_GEMM_TILE override: "128n" below 96 rows
+// per expert that can hold rows, else "160r256" for bf16 with E >= 256, else "160"
+// (sm90_bf16_fp8_wgmma_grouped_gemm.cuh, wgmma_tile_name, has the measurements).
+inline const char* wgmma_auto_tile_name(bool fp8, int num_experts, std::int64_t max_rows) {
+  const std::int64_t holders =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(num_experts, max_rows));
+  return max_rows / holders < 96 ? "128n" : !fp8 && num_experts >= 256 ? "160r256" : "160";
+}
+
 std::size_t bf16_wgmma_grouped_gemm_workspace_bytes(int num_experts);
 void bf16_wgmma_grouped_gemm_run(const GroupedGemmArgs& args);
 std::size_t fp8_block_wgmma_grouped_gemm_workspace_bytes(int num_experts);

@@ -24,10 +24,9 @@
 //
 // One producer thread issues every stage of the CTA's units into the ring (across units), with a
 // row index two more producer warps the activation rows; for fp8 one producer warp writes each
-// stage's scale products into the
-// slot: s[j] = sa[row j, kb] * sb[e, row block, kb] for the stage's kb = the stage index (its 32
-// lanes arrive on the slot's own scale mbarrier after their stores; the consumers wait for it and
-// the full one). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
+// stage's scale products into the slot: s[j] = sa[row j, kb] * sb[e, row block, kb] for the
+// stage's kb = the stage index (its 32 lanes arrive on the slot's own scale mbarrier after their
+// stores; the consumers wait for it and the full one). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
 //   bf16: commit, retire the previous stage (wait 1) and release its slot; the accumulators carry
 //     across the whole K;
 //   fp8: the two warpgroups issue in turn (named barriers 2 / 3; one copy of the loop per
@@ -56,6 +55,7 @@
 #include "cuda/runtime/sm90_tensor_map.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
+#include "sm90_bf16_fp8_block_grouped_gemm.hpp"
 #include "sm90_bf16_grouped_params.cuh"
 #include "sm90_w4a16_grouped_gemm.cuh"
 #include "sm90_w4a16_wgmma_ops.cuh"
@@ -682,11 +682,7 @@ WgmmaGemmMaps wgmma_gemm_maps(const GroupedGemmArgs& args, bool gated) {
 // "160", for bf16 "160r256"; MOEKIT_WGMMA_GEMM_TILE=<name> overrides the choice (measurements;
 // results stay exact).
 inline std::string wgmma_tile_name(const GroupedGemmArgs& args, bool fp8) {
-  const std::int64_t holders =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(args.num_experts, args.max_rows));
-  std::string tile = args.max_rows / holders < 96      ? "128n"
-                     : !fp8 && args.num_experts >= 256 ? "160r256"
-                                                       : "160";
+  std::string tile = gemm::detail::wgmma_auto_tile_name(fp8, args.num_experts, args.max_rows);
   if (const char* env = std::getenv("MOEKIT_WGMMA_GEMM_TILE"); env && *env) {
     tile = env;
     MOEKIT_CHECK_ARG(

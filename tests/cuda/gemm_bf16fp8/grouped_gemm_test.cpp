@@ -42,6 +42,18 @@ std::vector<std::uint8_t> pad_rows(const std::uint8_t* compact, int rows, int k,
   return out;
 }
 
+// bf16 bits of `values` as bytes, and the floats those bits hold.
+void to_bf16_bytes(const std::vector<float>& values, std::vector<std::uint8_t>& bytes,
+                   std::vector<float>& held) {
+  bytes.resize(values.size() * 2);
+  held.resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t b = float_to_bf16(values[i]);
+    std::memcpy(&bytes[2 * i], &b, 2);
+    held[i] = bf16_to_float(b);
+  }
+}
+
 // Runs one grouped GEMM of type t and kernel config on random data and checks it; the output's
 // bits ([rows][ldd]) into *bits_out when given.
 void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Case& c,
@@ -392,11 +404,7 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
     src_vals = q.dequant;
     src_scales = q.scales;
   } else {
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const std::uint16_t b = float_to_bf16(x[i]);
-      std::memcpy(&src_bytes[2 * i], &b, 2);
-      src_vals[i] = bf16_to_float(b);
-    }
+    to_bf16_bytes(x, src_bytes, src_vals);
   }
   // Gathered beforehand: row r = source row index[r] (rows past `used` too: the capacity rows).
   const int kb = K / 128;
@@ -458,11 +466,7 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
     w_scales = q.scales;
     w_vals = q.dequant;
   } else {
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      const std::uint16_t b = float_to_bf16(w[i]);
-      std::memcpy(&w_bytes[2 * i], &b, 2);
-      w_vals[i] = bf16_to_float(b);
-    }
+    to_bf16_bytes(w, w_bytes, w_vals);
   }
   DeviceArray<std::uint8_t> d_w(w_bytes);
   DeviceArray<float> d_w_scales(w_scales);
