@@ -94,23 +94,6 @@ __global__ void quant_weight_kernel(const __nv_bfloat16* w, long long n, long lo
   }
 }
 
-// One warp per 128-wide group (4 values per lane).
-__global__ void quant_rows_kernel(const __nv_bfloat16* x, long long groups, std::uint8_t* q,
-                                  float* scales) {
-  const long long g = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (g >= groups) return;
-  float v[4], amax = 0.0f;
-  for (int j = 0; j < 4; ++j) {
-    v[j] = __bfloat162float(x[g * 128 + lane * 4 + j]);
-    amax = fmaxf(amax, fabsf(v[j]));
-  }
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float s = fmaxf(amax, 1e-10f) / 448.0f;
-  for (int j = 0; j < 4; ++j) q[g * 128 + lane * 4 + j] = to_e4m3(v[j], s);
-  if (lane == 0) scales[g] = s;
-}
-
 __global__ void flush_kernel(const uint4* p, std::size_t n, int* sink) {
   unsigned acc = 0;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -167,18 +150,6 @@ void quantize_weight_fp8_block(const void* w, std::int64_t experts, std::int64_t
   quant_weight_kernel<<<static_cast<unsigned>(tiles), kThreads, 0,
                         static_cast<cudaStream_t>(stream)>>>(
       static_cast<const __nv_bfloat16*>(w), n, k, static_cast<std::uint8_t*>(q), scales);
-  MOEKIT_CUDA_CHECK_LAUNCH();
-}
-
-void quantize_rows_fp8_1x128(const void* x, std::int64_t rows, std::int64_t k, void* q,
-                             float* scales, StreamHandle stream) {
-  MOEKIT_CHECK_ARG(k % 128 == 0, "k", "a multiple of 128", k);
-  const long long groups = rows * (k / 128);
-  if (groups == 0) return;
-  const long long blocks = (groups * 32 + kThreads - 1) / kThreads;
-  quant_rows_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                      static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const __nv_bfloat16*>(x), groups, static_cast<std::uint8_t*>(q), scales);
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 

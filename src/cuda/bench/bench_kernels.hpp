@@ -22,10 +22,6 @@ void fill_random_f32(float* data, std::size_t count, std::uint64_t seed, float l
 void quantize_weight_fp8_block(const void* w, std::int64_t experts, std::int64_t n,
                                std::int64_t k, void* q, float* scales, StreamHandle stream);
 
-// bf16 [M, K] -> e4m3 [M, K] + f32 [M, K/128] (1x128 groups): the NoEP prepare of the fp8 scheme.
-void quantize_rows_fp8_1x128(const void* x, std::int64_t rows, std::int64_t k, void* q,
-                             float* scales, StreamHandle stream);
-
 // Reads `bytes` of `buffer` (>= 2x L2) so the next kernel finds weights in HBM, not L2.
 void flush_l2(const void* buffer, std::size_t bytes, int* sink, StreamHandle stream);
 

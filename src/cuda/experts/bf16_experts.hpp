@@ -137,7 +137,9 @@ void permute_by_expert(const std::int32_t* topk_ids, std::int64_t num_assignment
                        std::int32_t* sorted_tokens = nullptr, void* scratch = nullptr);
 std::size_t permute_scratch_bytes(std::int64_t num_assignments, int num_experts);
 
-// out[r, :] = src[sorted_ids[r] / top_k, :] for r < *num_rows (row_bytes % 16 == 0).
+// out[r, :] = src[sorted_ids[r] / top_k, :] for r < min(*num_rows, max_rows) (row_bytes % 4 == 0;
+// 16-byte vectors where row_bytes and both pointers allow; rows of fewer than 64 vectors, such
+// as the fp8 1x128 scales, spread over the grid as (row, vector) pairs).
 void gather_rows(const void* src, std::int64_t row_bytes, const std::int32_t* sorted_ids,
                  int top_k, std::int64_t max_rows, const std::int32_t* num_rows, void* out,
                  StreamHandle stream);

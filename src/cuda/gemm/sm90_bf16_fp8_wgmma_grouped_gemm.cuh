@@ -24,9 +24,10 @@
 //
 // One producer thread issues every stage of the CTA's units into the ring (across units), with a
 // row index two more producer warps the activation rows; for fp8 one producer warp writes each
-// stage's scale products into the slot: s[j] = sa[row j, kb] * sb[e, row block, kb] for the
-// stage's kb = the stage index (its 32 lanes arrive on the slot's own scale mbarrier after their
-// stores; the consumers wait for it and the full one). The consumers per stage: wait, 4 wgmma k-steps per m64 tile,
+// stage's scale products into the stage's scale slot (past the ring): s[j] = sa[row j, kb] *
+// sb[e, row block, kb] for the stage's kb = the stage index (its 32 lanes arrive on the scale
+// slot's mbarrier after their stores; the consumers wait for it and the full one). The consumers
+// per stage: wait, 4 wgmma k-steps per m64 tile,
 //   bf16: commit, retire the previous stage (wait 1) and release its slot; the accumulators carry
 //     across the whole K;
 //   fp8: the two warpgroups issue in turn (named barriers 2 / 3; one copy of the loop per
@@ -137,32 +138,51 @@ struct WgmmaGemmConfig {
   // setmaxnreg: the consumers get what the producer warpgroup gives up (x 128 + y x 256 <= 64 K;
   // fp8: the scale warp keeps two stages of scales and two cursors).
   static constexpr int kProducerRegs = kFp8 ? 56 : 40, kConsumerRegs = kFp8 ? 224 : 232;
-  // Stage slot: the activations (kTokens rows x 128 B), the weights (kRows x 128 B), fp8: the
-  // kTokens scale products (f32) and their mbarrier (the scale warp's 32 lanes arrive on it:
-  // a barrier of thread arrivals only, apart from the TMA's full one); 1024-aligned (the swizzle
-  // atom).
+  // Stage slot: the activations (kTokens rows x 128 B), the weights (kRows x 128 B);
+  // 1024-aligned (the swizzle atom).
   static constexpr int kWOffset = kTokens * 128;
-  static constexpr int kScalesOffset = kWOffset + kRows * 128;
-  static constexpr int kScalesBarOffset = kScalesOffset + kTokens * 4;
-  static constexpr int kStageBytes =
-      (kScalesOffset + (kFp8 ? kTokens * 4 + 8 : 0) + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = (kWOffset + kRows * 128 + 1023) / 1024 * 1024;
+  // fp8: per stage the kTokens scale products (f32), their full mbarrier (the scale warp's 32
+  // lanes arrive on it: a barrier of thread arrivals only, apart from the TMA's full one) and
+  // their empty one (one arrival per consumer warp once it promoted the stage), in a scale slot of
+  // their own past the ring (WgmmaGemmSmem::scales). Apart from the stage slot, (1) the slot is
+  // 36 KB at the 160 tile instead of 38 KB with the 1024 alignment: 6 stages instead of 5, and
+  // (2) the consumers give the stage slot back to the TMA once their chain retired, before the
+  // promotion, which reads only the scale slot.
+  static constexpr int kScaleSlotBytes = kFp8 ? kTokens * 4 + 16 : 0;
   // As many stages as fit next to the expert prefix of up to 512 experts (at most 8).
   static constexpr int kSmemBudget = 227 * 1024 - 1024 - expert_prefix_bytes(512);
-  static constexpr int kStages = std::min(8, kSmemBudget / (kStageBytes + 16));
+  static constexpr int kStages =
+      std::min(8, kSmemBudget / (kStageBytes + 16 + kScaleSlotBytes));
   static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
   static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
   static_assert(!kFp8 || kTokens % 16 == 0, "fp8: the scale products go in 16-column groups");
   static_assert(kStages >= 3, "ring");
-  static_assert(!kFp8 || (kScalesBarOffset % 8 == 0 && kScalesBarOffset + 8 <= kStageBytes),
-                "the scale barrier: 8-byte aligned, inside the slot");
+  static_assert(!kFp8 || (kTokens * 4) % 16 == 0, "the scale barrier: 8-byte aligned");
 
-  static int smem_bytes(int num_experts) {
-    return expert_prefix_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes;
+  static constexpr int smem_bytes(int num_experts) {
+    return expert_prefix_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes +
+           kStages * kScaleSlotBytes;
   }
 };
 
+// The ring, and (fp8) past its barriers the stages' scale slots: scales(s) the kTokens scale
+// products of stage slot s, scales_bar(s) / scales_empty(s) their full / empty mbarriers
+// (16-byte aligned slots: the promotion reads them 16 bytes at a time).
 template <typename Cfg>
-using WgmmaGemmSmem = WgmmaRing<Cfg::kStages, Cfg::kStageBytes>;
+struct WgmmaGemmSmem : WgmmaRing<Cfg::kStages, Cfg::kStageBytes> {
+  using Ring = WgmmaRing<Cfg::kStages, Cfg::kStageBytes>;
+  __device__ explicit WgmmaGemmSmem(std::uint32_t ring) : Ring(ring) {}
+  __device__ std::uint32_t scales(std::uint32_t s) const {
+    return this->slots + Ring::kBytes + s * Cfg::kScaleSlotBytes;
+  }
+  __device__ std::uint32_t scales_bar(std::uint32_t s) const {
+    return scales(s) + Cfg::kTokens * 4;
+  }
+  __device__ std::uint32_t scales_empty(std::uint32_t s) const {
+    return scales(s) + Cfg::kTokens * 4 + 8;
+  }
+};
 
 __device__ __forceinline__ float4 lds_f4(std::uint32_t addr) {
   float4 v;
@@ -227,8 +247,6 @@ __device__ __forceinline__ void store_unit(const Params& p, const Acc& acc, std:
   constexpr int kN = Cfg::kTokens;
   constexpr int kPassTokens = std::min(kN, Cfg::kStageBytes / kRowBytes / 16 * 16);
   static_assert(kPassTokens >= 16 && kChunks >= 8, "staging rows");
-  static_assert(!Cfg::kFp8 || kPassTokens * kRowBytes <= Cfg::kScalesBarOffset,
-                "the staging keeps off the slot's scale barrier");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   const int g = lane / 4, t = lane % 4, q = lane / 8, j = lane % 8;
   const int out_cols = kGated ? p.n / 2 : p.n;
@@ -420,12 +438,13 @@ __device__ __forceinline__ void run_scale_warp(const WgmmaGemmParams& wp, const 
     v[b].load(wp, ahead.un, ahead.c, lane);
     ahead.advance(wp.p, tile_start);
   }
-  // One stage of v[b]: wait for its slot, store, arrive on the slot's scale barrier (release: the
-  // lane's stores before the consumers' reads), then load the stage two ahead into v[b].
+  // One stage of v[b]: wait for its scale slot (every consumer warp promoted its last stage),
+  // store, arrive on the slot's full barrier (release: the lane's stores before the consumers'
+  // reads), then load the stage two ahead into v[b].
   auto step = [&](StageScales<Cfg>& x) {
-    f.wait_slot_free(sm.empty(f.slot));
-    x.store(sm.slot(f.slot) + Cfg::kScalesOffset, lane);
-    mbar_arrive(sm.slot(f.slot) + Cfg::kScalesBarOffset);
+    f.wait_slot_free(sm.scales_empty(f.slot));
+    x.store(sm.scales(f.slot), lane);
+    mbar_arrive(sm.scales_bar(f.slot));
     f.advance(wp.p, tile_start);
     if (ahead.u < units) {
       x.load(wp, ahead.un, ahead.c, lane);
@@ -504,7 +523,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     consumers_sync();
     store_unit<Cfg, kEpi>(p, acc, sm.slot(prev), un);
   } else {
-    // tot += acc * s[column], s: the stage's scale products (in its slot). tot starts at -0.0f,
+    // tot += acc * s[column], s: the stage's scale products (its scale slot). tot starts at -0.0f,
     // so that the first stage's fmaf(x, s, -0) is bitwise x * s (a zero keeps its sign): one
     // FFMA per accumulator in every stage. (A runtime "first stage" test here made ptxas keep
     // both forms, predicated FMUL and FFMA, and copy the accumulators between them: about twice
@@ -514,7 +533,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
     for (int i = 0; i < Cfg::kTokens / 8; ++i)
 #pragma unroll
       for (int r = 0; r < 4; ++r) tot[0][i][r] = -0.0f;
-    auto promote = [&](auto n_tag, Acc& a, std::uint32_t slot) {
+    auto promote = [&](auto n_tag, Acc& a, std::uint32_t scales) {
       constexpr int kN = decltype(n_tag)::value;
       fence_acc(a);
       static_assert(kN % 16 == 0, "the promotion reads 16 columns at a time");
@@ -528,7 +547,7 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
 #pragma unroll
       for (int q = 0; q < kN / 16; ++q) {
         // x, y: columns 16q + 2t, +1 (group 2q); z, w: 16q + 8 + 2t, +1 (group 2q + 1).
-        const float4 s = lds_f4(slot + Cfg::kScalesOffset + 64 * q + 16 * t);
+        const float4 s = lds_f4(scales + 64 * q + 16 * t);
         group(2 * q, s.x, s.y);
         group(2 * q + 1, s.z, s.w);
       }
@@ -546,14 +565,17 @@ __device__ __forceinline__ void wgmma_gemm_unit(const WgmmaGemmParams& wp,
       constexpr int kWg = decltype(wg_tag)::value;
       for (int c = 0; c < stages; ++c) {
         mbar_wait(sm.full(rd), ph);
-        mbar_wait(sm.slot(rd) + Cfg::kScalesBarOffset, ph);  // the scale products
+        mbar_wait(sm.scales_bar(rd), ph);  // the scale products
         if (gather) fence_proxy_async_smem();  // the gather warps' cp.async rows
         if (in_turn && (kWg == 1 || seq > 0 || c > 0)) issued_wait(kWg == 1 ? 2 : 3);
         issue(n_tag, acc, sm.slot(rd), c, kWg);
         if (in_turn && (kWg == 0 || !last || c + 1 < stages)) issued_arrive(kWg == 0 ? 2 : 3);
         wgmma_wait<0>();
-        promote(n_tag, acc, sm.slot(rd));
-        if (c + 1 < stages) release_slot(sm.empty(rd), lane);  // the last one: after the epilogue
+        // The chain retired: the stage slot back to the TMA (the last one after the epilogue,
+        // which stages the output tile in it), the scale slot once promoted.
+        if (c + 1 < stages) release_slot(sm.empty(rd), lane);
+        promote(n_tag, acc, sm.scales(rd));
+        release_slot(sm.scales_empty(rd), lane);
         advance();
       }
     };
@@ -582,8 +604,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (tid == 0) {
     if constexpr (Cfg::kFp8) {
-      for (int s = 0; s < Cfg::kStages; ++s)
-        cuda::sm90::mbar_init(sm.slot(s) + Cfg::kScalesBarOffset, 32);
+      for (int s = 0; s < Cfg::kStages; ++s) {
+        cuda::sm90::mbar_init(sm.scales_bar(s), 32);
+        cuda::sm90::mbar_init(sm.scales_empty(s), Cfg::kConsumers / 32);
+      }
     }
     // (its fence publishes the scale barriers too); with a row index the full barriers also
     // count the gather threads' cp.async arrivals

@@ -14,6 +14,13 @@ using sm90_wgmma::WgmmaGemmConfig;
 using Tile128n = WgmmaGemmConfig<true, 128, 1, true>;
 using Tile144n = WgmmaGemmConfig<true, 144, 1, true>;
 using Tile160 = WgmmaGemmConfig<true, 160, 1, false>;
+// The ring depths (the scale products live in slots of their own past the ring: with them in the
+// stage slot the 160 tile had 5 stages); and every tile fits next to the largest expert prefix.
+static_assert(Tile128n::kStages == 6 && Tile144n::kStages == 6 && Tile160::kStages == 6,
+              "fp8 wgmma ring depths");
+static_assert(Tile160::smem_bytes(512) <= 227 * 1024 && Tile144n::smem_bytes(512) <= 227 * 1024 &&
+                  Tile128n::smem_bytes(512) <= 227 * 1024,
+              "fp8 wgmma shared memory");
 
 }  // namespace
 

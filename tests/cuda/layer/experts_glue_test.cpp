@@ -155,6 +155,52 @@ TEST(ExpertsGlueCuda, PermuteByExpertWithSortedTokens) {
   }
 }
 
+// gather_rows, bitwise against the host: long rows (one CTA per row) and short ones (the flat
+// (row, vector) kernel: the fp8 1x128 scales of K 7168, 224 bytes), 16- and 4-byte vectors, a
+// device row count below max_rows (rows past it keep their poison), 0 and 1 rows.
+TEST(ExpertsGlueCuda, GatherRowsMatchesHost) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint64_t seed = process_test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed + 2);
+  for (const auto& [tokens, k, row_bytes, used] :
+       {std::tuple{512, 8, 224, 4000}, std::tuple{300, 8, 7168, 2400}, std::tuple{33, 3, 12, 99},
+        std::tuple{9, 2, 4, 17}, std::tuple{40, 6, 1020, 200}, std::tuple{5, 1, 16, 1},
+        std::tuple{7, 2, 224, 0}}) {
+    SCOPED_TRACE("tokens=" + std::to_string(tokens) + " k=" + std::to_string(k) +
+                 " row_bytes=" + std::to_string(row_bytes) + " used=" + std::to_string(used));
+    const std::int64_t max_rows = static_cast<std::int64_t>(tokens) * k;
+    std::vector<std::uint8_t> src(static_cast<std::size_t>(tokens) * row_bytes);
+    for (auto& x : src) x = static_cast<std::uint8_t>(rng());
+    std::vector<std::int32_t> sorted(static_cast<std::size_t>(max_rows));
+    std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(max_rows - 1));
+    for (auto& x : sorted) x = pick(rng);
+    const Tensor d_src = upload(src, DType::kU8);
+    const Tensor d_sorted = upload(sorted, DType::kI32);
+    const Tensor d_used = upload(std::vector<std::int32_t>{used}, DType::kI32);
+    Tensor d_out(DType::kU8, Shape{max_rows * row_bytes}, Device::cuda(0));
+    ASSERT_EQ(cudaMemset(d_out.data(), 0xA5, d_out.nbytes()), cudaSuccess);
+    cuda::detail::gather_rows(d_src.data(), row_bytes, d_sorted.ptr<const std::int32_t>(), k,
+                              max_rows, d_used.ptr<const std::int32_t>(), d_out.data(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = download<std::uint8_t>(d_out);
+    std::int64_t bad = 0;
+    for (std::int64_t r = 0; r < max_rows; ++r)
+      for (int b = 0; b < row_bytes; ++b) {
+        const std::size_t at = static_cast<std::size_t>(r * row_bytes + b);
+        const std::uint8_t want =
+            r < used ? src[static_cast<std::size_t>(sorted[static_cast<std::size_t>(r)] / k) *
+                               row_bytes + b]
+                     : 0xA5;
+        if (got[at] != want && bad++ < 5)
+          ADD_FAILURE() << "row " << r << " byte " << b << ": " << int(got[at]) << " vs "
+                        << int(want);
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
   MOEKIT_REQUIRE_GPU();
   const std::uint64_t seed = process_test_seed();
