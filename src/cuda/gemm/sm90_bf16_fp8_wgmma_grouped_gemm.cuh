@@ -145,10 +145,10 @@ struct WgmmaGemmConfig {
   // fp8: per stage the kTokens scale products (f32), their full mbarrier (the scale warp's 32
   // lanes arrive on it: a barrier of thread arrivals only, apart from the TMA's full one) and
   // their empty one (one arrival per consumer warp once it promoted the stage), in a scale slot of
-  // their own past the ring (WgmmaGemmSmem::scales). Apart from the stage slot, (1) the slot is
-  // 36 KB at the 160 tile instead of 38 KB with the 1024 alignment: 6 stages instead of 5, and
-  // (2) the consumers give the stage slot back to the TMA once their chain retired, before the
-  // promotion, which reads only the scale slot.
+  // their own past the ring (WgmmaGemmSmem::scales). Kept out of the stage slot, (1) they leave
+  // the 160 tile's slot at 36 KB instead of 38 KB after the 1024 alignment: 6 stages instead of
+  // 5, and (2) the consumers can give the stage slot back to the TMA once their chain retired,
+  // before the promotion, which reads only the scale slot.
   static constexpr int kScaleSlotBytes = kFp8 ? kTokens * 4 + 16 : 0;
   // As many stages as fit next to the expert prefix of up to 512 experts (at most 8).
   static constexpr int kSmemBudget = 227 * 1024 - 1024 - expert_prefix_bytes(512);
@@ -156,9 +156,10 @@ struct WgmmaGemmConfig {
       std::min(8, kSmemBudget / (kStageBytes + 16 + kScaleSlotBytes));
   static_assert(kTokens % 8 == 0 && kTokens >= 32 && kTokens <= 256, "wgmma N");
   static_assert(!kFp8 || kMTiles == 1, "fp8: one m64 tile per warpgroup");
-  static_assert(!kFp8 || kTokens % 16 == 0, "fp8: the scale products go in 16-column groups");
+  static_assert(!kFp8 || kTokens % 16 == 0,
+                "fp8: the scale products go in 16-column groups (and the scale slots' barriers "
+                "stay 16-byte aligned)");
   static_assert(kStages >= 3, "ring");
-  static_assert(!kFp8 || (kTokens * 4) % 16 == 0, "the scale barrier: 8-byte aligned");
 
   static constexpr int smem_bytes(int num_experts) {
     return expert_prefix_bytes(num_experts) + 1024 + WgmmaRing<kStages, kStageBytes>::kBytes +
