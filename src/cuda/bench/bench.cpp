@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "core/device_runtime.hpp"
 #include "cuda/bench/bench_cublas.hpp"
@@ -95,6 +96,19 @@ std::string now_utc() {
   std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// FNV-1a 64 of the bytes of a device buffer (the layer's output: before / after comparisons of a
+// refactor are bitwise on this).
+std::string device_fnv1a(const void* p, std::size_t bytes, cudaStream_t s) {
+  std::vector<unsigned char> h(bytes);
+  MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  MOEKIT_CUDA_CHECK(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost));
+  std::uint64_t x = 1469598103934665603ull;
+  for (unsigned char c : h) x = (x ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
   return buf;
 }
 
@@ -340,7 +354,8 @@ void run_bench(const BenchOptions& o) {
                     {"tflops", flops / t / 1e12}, {"gbps", wbytes / t / 1e9},
                     {"fraction_of_peak", flops / t / 1e12 / peak}, {"floor_us", floor_s * 1e6},
                     {"floor_over_time", floor_s / t}, {"weight_bytes", wbytes}, {"flops", flops},
-                    {"rel_diff_vs_cublas_bf16", rel}, {"baseline_same_function", same_function}});
+                    {"rel_diff_vs_cublas_bf16", rel}, {"baseline_same_function", same_function},
+                    {"output_fnv1a", device_fnv1a(pr->out.data(), static_cast<std::size_t>(m * h) * 2, s)}});
         if (o.baseline)
           row.update({{"cublas_us", base.median_us}, {"cublas_p10_us", base.p10_us},
                       {"cublas_p90_us", base.p90_us}, {"speedup", base.median_us / st.median_us}});
