@@ -21,50 +21,17 @@ const BackendTraits kTraits[] = {
      "CPU monolithic: routing + experts + reduce in one piece"},
     {Backend::kCudaBf16Grouped, ActivationFormat::kStandard, false, true, 90,
      "SM90 bf16 grouped GEMM (W16A16)"},
-    {Backend::kCudaFp8Grouped, ActivationFormat::kStandard, false, true, 90,
-     "SM90 fp8 grouped GEMM, per-tensor/per-token scales (W8A8)"},
     {Backend::kCudaFp8BlockGrouped, ActivationFormat::kStandard, false, true, 90,
      "SM90 fp8 grouped GEMM, DeepSeek 128x128 / 1x128 block scales"},
     {Backend::kCudaW4A16Grouped, ActivationFormat::kStandard, false, true, 90,
      "SM90 4-bit weights dequantized to bf16 in registers (W4A16)"},
     {Backend::kCudaW4A8Grouped, ActivationFormat::kStandard, false, true, 90,
-     "SM90 4-bit weights as e4m3 (exact) x fp8 activations (W4A8)"},
-    {Backend::kCudaBf16Batched, ActivationFormat::kBatched, false, true, 90,
-     "SM90 bf16 grouped GEMM, batched format"},
-    {Backend::kCudaFp8BlockBatched, ActivationFormat::kBatched, false, true, 90,
-     "SM90 fp8 block-scaled GEMM, batched format"},
-    {Backend::kCudaW4A16Batched, ActivationFormat::kBatched, false, true, 90,
-     "SM90 W4A16, batched format"},
-    {Backend::kCudaW4A8Batched, ActivationFormat::kBatched, false, true, 90,
-     "SM90 W4A8, batched format"},
-    {Backend::kCudaMonolithic, ActivationFormat::kStandard, true, true, 90,
-     "SM90 routing + experts + finalize fused (decode)"},
-    {Backend::kCutlassFp4Sm100, ActivationFormat::kStandard, false, true, 100,
-     "CUTLASS FP4 grouped GEMM (W4A4, Blackwell)"},
-    {Backend::kTrtllmFp4Sm100, ActivationFormat::kStandard, true, true, 100,
-     "TensorRT-LLM FP4 fused MoE (W4A4, Blackwell)"},
-    {Backend::kFlashinferCutedslSm100, ActivationFormat::kStandard, false, true, 100,
-     "FlashInfer CuTe-DSL FP4 MoE (W4A4, Blackwell)"},
-    {Backend::kFlashinferCutedslBatchedSm100, ActivationFormat::kBatched, false, true, 100,
-     "FlashInfer CuTe-DSL FP4 MoE, batched format (W4A4, Blackwell)"},
+     "SM90 MXFP4 weights as e4m3 (exact) x fp8 per-token activations (W4A8)"},
 };
-constexpr const char* kNames[] = {"cpu_reference",
-                                  "cpu_batched",
-                                  "cpu_monolithic",
-                                  "cuda_bf16_grouped",
-                                  "cuda_fp8_grouped",
-                                  "cuda_fp8_block_grouped",
-                                  "cuda_w4a16_grouped",
-                                  "cuda_w4a8_grouped",
-                                  "cuda_bf16_batched",
-                                  "cuda_fp8_block_batched",
-                                  "cuda_w4a16_batched",
-                                  "cuda_w4a8_batched",
-                                  "cuda_monolithic",
-                                  "cutlass_fp4_sm100",
-                                  "trtllm_fp4_sm100",
-                                  "flashinfer_cutedsl_sm100",
-                                  "flashinfer_cutedsl_batched_sm100"};
+constexpr const char* kNames[] = {"cpu_reference",          "cpu_batched",
+                                  "cpu_monolithic",         "cuda_bf16_grouped",
+                                  "cuda_fp8_block_grouped", "cuda_w4a16_grouped",
+                                  "cuda_w4a8_grouped"};
 constexpr std::size_t kNumBackends = sizeof(kNames) / sizeof(kNames[0]);
 static_assert(sizeof(kTraits) / sizeof(kTraits[0]) == kNumBackends);
 
@@ -159,19 +126,22 @@ DeviceCapabilities DeviceCapabilities::detect() {
 }
 
 BackendRegistry& BackendRegistry::instance() {
-  static BackendRegistry r;
-  return r;
+  static BackendRegistry* r = [] {
+    auto* reg = new BackendRegistry();  // never destroyed: usable from other static destructors
+    register_builtin_backends(*reg);
+    return reg;
+  }();
+  return *r;
 }
 
 BackendRegistry::BackendRegistry() : entries_(kNumBackends) {}
 
-bool BackendRegistry::add(Backend backend, BackendRegistration registration) {
+void BackendRegistry::add(Backend backend, BackendRegistration registration) {
   const auto i = static_cast<std::size_t>(backend);
   MOEKIT_CHECK(i < kNumBackends, "BackendRegistry::add: unknown backend ", i);
   MOEKIT_CHECK(static_cast<bool>(registration.make_experts), "BackendRegistry::add(",
                moe_backend_name(backend), "): make_experts is required");
   entries_[i] = std::move(registration);
-  return true;
 }
 
 void BackendRegistry::remove(Backend backend) {
@@ -180,6 +150,13 @@ void BackendRegistry::remove(Backend backend) {
 }
 
 bool BackendRegistry::compiled_in(Backend backend) const { return find(backend) != nullptr; }
+
+std::vector<Backend> BackendRegistry::registered() const {
+  std::vector<Backend> v;
+  for (std::size_t i = 0; i < kNumBackends; ++i)
+    if (entries_[i]) v.push_back(static_cast<Backend>(i));
+  return v;
+}
 
 const BackendRegistration* BackendRegistry::find(Backend backend) const {
   const auto i = static_cast<std::size_t>(backend);

@@ -2,21 +2,18 @@
 // construction for a selected backend.
 #include "moekit/oracle/oracle.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <string>
 
 #include "moekit/core/error.hpp"
-#include "moekit/framework/cpu.hpp"
 #include "moekit/moe/reference.hpp"
 
 namespace moekit {
 namespace {
 
 using QS = QuantScheme;
-
-// Decode-sized chunks prefer the fused (monolithic) kernel: fewer launches.
-constexpr std::int64_t kDecodeTokens = 32;
 
 bool in(QS s, std::initializer_list<QS> set) {
   for (QS x : set)
@@ -39,42 +36,21 @@ Support quant_supported(Backend b, const MoeProblem& p) {
     case Backend::kCpuMonolithic:
       return Support::yes();  // every scheme, activations emulated by quantize+dequantize
     case Backend::kCudaBf16Grouped:
-    case Backend::kCudaBf16Batched:
       return w == QS::kBF16 && a == QS::kBF16 ? Support::yes()
                                               : refuse("bf16 weights and activations");
-    case Backend::kCudaFp8Grouped:
-      return w == QS::kFP8PerTensor && in(a, {QS::kFP8PerTensor, QS::kFP8PerToken})
-                 ? Support::yes()
-                 : refuse("fp8_tensor weights with fp8_tensor/fp8_token activations");
     case Backend::kCudaFp8BlockGrouped:
-    case Backend::kCudaFp8BlockBatched:
       return w == QS::kFP8Block128x128 && a == QS::kFP8Block1x128
                  ? Support::yes()
                  : refuse("fp8_block (128x128) weights with fp8_1x128 activations");
     case Backend::kCudaW4A16Grouped:
-    case Backend::kCudaW4A16Batched:
       return in(w, {QS::kNVFP4, QS::kMXFP4}) && a == QS::kBF16
                  ? Support::yes()
                  : refuse("nvfp4/mxfp4 weights with bf16 activations (W4A16)");
     case Backend::kCudaW4A8Grouped:
-    case Backend::kCudaW4A8Batched:
       return in(w, {QS::kNVFP4, QS::kMXFP4}) &&
                      in(a, {QS::kFP8PerTensor, QS::kFP8PerToken, QS::kMXFP8})
                  ? Support::yes()
                  : refuse("nvfp4/mxfp4 weights with fp8_tensor/fp8_token/mxfp8 activations (W4A8)");
-    case Backend::kCudaMonolithic:
-      return in(w, {QS::kNVFP4, QS::kMXFP4, QS::kBF16}) && a == QS::kBF16
-                 ? Support::yes()
-                 : refuse("nvfp4/mxfp4/bf16 weights with bf16 activations");
-    case Backend::kCutlassFp4Sm100:
-    case Backend::kFlashinferCutedslSm100:
-    case Backend::kFlashinferCutedslBatchedSm100:
-      return w == QS::kNVFP4 && a == QS::kNVFP4 ? Support::yes()
-                                                : refuse("nvfp4 weights and activations (W4A4)");
-    case Backend::kTrtllmFp4Sm100:
-      return (w == QS::kNVFP4 && a == QS::kNVFP4) || (w == QS::kMXFP4 && a == QS::kMXFP8)
-                 ? Support::yes()
-                 : refuse("nvfp4 x nvfp4 or mxfp4 x mxfp8");
   }
   return refuse("a known backend");
 }
@@ -109,17 +85,6 @@ Support routing_supported(Backend b, const MoeProblem& p) {
         return Support::no("routing " + name +
                            " scales the input by the router weight "
                            "(needs routing before quantizing the input)");
-      return Support::yes();
-    case Backend::kCudaMonolithic:
-      if (m == RoutingMethod::kRenormalize || m == RoutingMethod::kRenormalizeNaive ||
-          m == RoutingMethod::kDefault || m == RoutingMethod::kDeepSeekV3)
-        return Support::yes();
-      return Support::no(
-          "routing " + name +
-          " not fused (supports default, renormalize, renormalize_naive, deepseek_v3)");
-    case Backend::kTrtllmFp4Sm100:
-      if (m == RoutingMethod::kMiniMax2 || m == RoutingMethod::kSigmoid)
-        return Support::no("routing " + name + " not fused by TensorRT-LLM");
       return Support::yes();
     default:
       if (on_input && p.top_k() != 1)
@@ -194,15 +159,19 @@ std::string override_from_env() {
 Support backend_supports(Backend b, const MoeProblem& p, const DeviceCapabilities& device,
                          ActivationFormat format) {
   const BackendTraits& t = backend_traits(b);
-  // 1. Device.
+  // 1. Device, and the hardware gate of FP4 activations (W4A4): FP4 tensor cores exist from
+  //    SM100 on, and this build has no W4A4 kernel; on SM90 4-bit weights run as W4A16 or W4A8.
   if (t.on_cuda) {
     if (!device.is_cuda)
       return Support::no("needs a CUDA device (sm_" + std::to_string(t.min_sm) +
-                         "+), device is cpu");
-    if (t.min_sm >= 100 && device.sm() < 100)
-      return Support::no("needs FP4 tensor cores (SM100+), device is " + device.str());
-    if (t.min_sm == 90 && device.sm() != 90)
+                         "), device is cpu");
+    if (device.sm() != t.min_sm)
       return Support::no("built for sm_90a (Hopper wgmma) only, device is " + device.str());
+    const QS a = p.activation_quant.scheme;
+    if (a == QS::kNVFP4 || a == QS::kMXFP4)
+      return Support::no("fp4 activations (W4A4) need FP4 tensor cores (SM100+), which this "
+                         "build has no kernel for; on " + device.str() +
+                         " 4-bit weights run as W4A16 (bf16 activations) or W4A8 (fp8_token)");
   }
   // 2. Activation format (follows the parallel config).
   if (t.format != format) {
@@ -233,18 +202,10 @@ std::vector<Backend> backend_priority(const MoeProblem& p, const DeviceCapabilit
                                       ActivationFormat format) {
   (void)device;
   (void)format;
-  const bool decode = p.num_tokens <= kDecodeTokens;
-  std::vector<Backend> order = {Backend::kTrtllmFp4Sm100, Backend::kFlashinferCutedslSm100,
-                                Backend::kFlashinferCutedslBatchedSm100, Backend::kCutlassFp4Sm100};
-  if (decode) order.push_back(Backend::kCudaMonolithic);
-  for (Backend b :
-       {Backend::kCudaW4A8Grouped, Backend::kCudaW4A8Batched, Backend::kCudaW4A16Grouped,
-        Backend::kCudaW4A16Batched, Backend::kCudaFp8BlockGrouped, Backend::kCudaFp8BlockBatched,
-        Backend::kCudaFp8Grouped, Backend::kCudaBf16Grouped, Backend::kCudaBf16Batched})
-    order.push_back(b);
-  if (!decode) order.push_back(Backend::kCudaMonolithic);
-  for (Backend b : {Backend::kCpuReference, Backend::kCpuBatched, Backend::kCpuMonolithic})
-    order.push_back(b);
+  const std::vector<Backend> order = {
+      Backend::kCudaW4A8Grouped, Backend::kCudaW4A16Grouped, Backend::kCudaFp8BlockGrouped,
+      Backend::kCudaBf16Grouped, Backend::kCpuReference,     Backend::kCpuBatched,
+      Backend::kCpuMonolithic};
   std::vector<Backend> out;
   for (Backend b : order)
     if (serves_weight_scheme(b, p.weight_quant.scheme)) out.push_back(b);
@@ -371,29 +332,18 @@ std::string run_backend_for(Backend backend) {
 }
 
 FusedMoEKernel make_moe_kernel(Backend backend, const MoeProblem& p, FusedMoEOptions options) {
-  const std::int64_t t = std::max<std::int64_t>(
+  // The parts are built for the chunk problem (batched parts size T_max from its tokens).
+  MoeProblem chunk = p;
+  chunk.num_tokens = std::max<std::int64_t>(
       options.max_chunk_tokens > 0 ? std::min(options.max_chunk_tokens, p.num_tokens)
                                    : p.num_tokens,
       1);
-  switch (backend) {
-    case Backend::kCpuReference:
-      return FusedMoEKernel(make_cpu_no_ep_prepare_finalize(), make_cpu_standard_experts(),
-                            options);
-    case Backend::kCpuBatched:
-      return FusedMoEKernel(make_cpu_batched_prepare_finalize(t), make_cpu_batched_experts(t),
-                            options);
-    case Backend::kCpuMonolithic:
-      return FusedMoEKernel(make_cpu_monolithic_prepare_finalize(), make_cpu_monolithic_experts(),
-                            options);
-    default:
-      break;
-  }
   const BackendRegistration* r = BackendRegistry::instance().find(backend);
   MOEKIT_CHECK(r != nullptr, "make_moe_kernel: backend '", moe_backend_name(backend),
                "' is not compiled into this build");
   MOEKIT_CHECK(static_cast<bool>(r->make_prepare_finalize), "make_moe_kernel: backend '",
                moe_backend_name(backend), "' registered no PrepareFinalize");
-  return FusedMoEKernel(r->make_prepare_finalize(p), r->make_experts(p), options);
+  return FusedMoEKernel(r->make_prepare_finalize(chunk), r->make_experts(chunk), options);
 }
 
 }  // namespace moekit

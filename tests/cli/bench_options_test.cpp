@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #if MOEKIT_WITH_CUDA
-#include "cuda/bench/bench.hpp"
+#include "bench/bench.hpp"
 #include "moe/moe_test_util.hpp"
 
 namespace moekit {

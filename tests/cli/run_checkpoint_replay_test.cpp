@@ -13,7 +13,7 @@
 #include "moekit/io/safetensors.hpp"
 #include "moekit/moe/random_weights.hpp"
 #include "moekit/moe/reference.hpp"
-#include "moekit/moe/run_job.hpp"
+#include "run/run_job.hpp"
 
 namespace moekit {
 namespace {

@@ -1,6 +1,6 @@
 // The library function behind `moekit run` (run_job), and the built `moekit` binary when it sits
 // next to the test binary (build/moekit beside build/tests/moekit_tests).
-#include "moekit/moe/run_job.hpp"
+#include "run/run_job.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -9,7 +9,6 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/moe/naive_reference.hpp"
 #include "moe/host_convert.hpp"
 #include "moe/moe_test_util.hpp"
 #include "moekit/moe/random_weights.hpp"
@@ -57,7 +56,7 @@ double run_and_compare(const Problem& p, const MoeReferenceOptions& opt = {},
       return INFINITY;
     }
   }
-  const std::vector<double> ref = cpu::moe_naive_reference(
+  const std::vector<double> ref = moe_reference_float64(
       p.hidden, p.routing.topk_ids, p.routing.topk_weights, p.config, p.weights, opt);
   double norm = 0;
   for (double v : ref) norm += v * v;

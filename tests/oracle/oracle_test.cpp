@@ -53,23 +53,22 @@ TEST(Oracle, NamesRoundTrip) {
   expect_error([] { parse_moe_backend("fastest"); }, {"backend", "fastest", "cuda_w4a16_grouped"});
 }
 
-TEST(Oracle, Fp4TensorCoreBackendsAreRefusedOnSm90) {
+TEST(Oracle, Fp4ActivationsAreGatedOnSm90) {
   EnvGuard env;
   const MoeProblem p = cli_problem("tiny", "nvfp4", 64, "nvfp4");  // W4A4
   const BackendSelection s = select_backend(p, DeviceCapabilities::parse("sm90"));
-  for (Backend b : {Backend::kCutlassFp4Sm100, Backend::kTrtllmFp4Sm100,
-                    Backend::kFlashinferCutedslSm100, Backend::kFlashinferCutedslBatchedSm100}) {
+  for (Backend b : {Backend::kCudaW4A16Grouped, Backend::kCudaW4A8Grouped}) {
     const Candidate* c = find(s, b);
     ASSERT_NE(c, nullptr) << moe_backend_name(b);
     EXPECT_FALSE(c->accepted);
-    EXPECT_EQ(c->reason, "needs FP4 tensor cores (SM100+), device is sm_90");
+    EXPECT_NE(c->reason.find("need FP4 tensor cores (SM100+)"), std::string::npos) << c->reason;
+    EXPECT_NE(c->reason.find("W4A16"), std::string::npos) << c->reason;
   }
   EXPECT_EQ(s.backend, Backend::kCpuReference);  // W4A4 is emulated on the CPU only
   EXPECT_NE(s.table().find("-> cpu_reference"), std::string::npos) << s.table();
-  // On SM100 the gate passes and the next reason is the build.
+  // The SM90 kernels are not offered on another architecture.
   const BackendSelection b = select_backend(p, DeviceCapabilities::parse("sm_100a"));
-  EXPECT_NE(find(b, Backend::kCutlassFp4Sm100)->reason.find("not compiled"), std::string::npos);
-  EXPECT_NE(find(b, Backend::kCudaW4A8Grouped), nullptr);
+  EXPECT_NE(find(b, Backend::kCudaW4A16Grouped)->reason.find("sm_90a"), std::string::npos);
 }
 
 TEST(Oracle, ReasonsForQuantFormatRoutingShapesParallel) {
@@ -81,10 +80,9 @@ TEST(Oracle, ReasonsForQuantFormatRoutingShapesParallel) {
     return backend_supports(b, q, sm90, f).reason;
   };
   EXPECT_NE(reason(Backend::kCudaW4A8Grouped, p).find("W4A8"), std::string::npos);
-  EXPECT_NE(reason(Backend::kCudaW4A16Batched, p).find("batched activation format"),
+  EXPECT_NE(reason(Backend::kCudaW4A16Grouped, p, ActivationFormat::kBatched)
+                .find("standard activation format"),
             std::string::npos);
-  // No implementation registers the monolithic backend yet, in any build.
-  EXPECT_NE(reason(Backend::kCudaMonolithic, p).find("not compiled"), std::string::npos);
   EXPECT_NE(backend_supports(Backend::kCudaW4A16Grouped, p, DeviceCapabilities::cpu(),
                              ActivationFormat::kStandard)
                 .reason.find("needs a CUDA device"),
@@ -92,13 +90,14 @@ TEST(Oracle, ReasonsForQuantFormatRoutingShapesParallel) {
   MoeProblem relu = p;
   relu.layer.activation.kind = Activation::kRelu2;
   EXPECT_NE(reason(Backend::kCudaW4A16Grouped, relu).find("activation relu2"), std::string::npos);
-  MoeProblem minimax = p;
-  minimax.layer.routing.method = RoutingMethod::kMiniMax2;
-  EXPECT_NE(reason(Backend::kCudaMonolithic, minimax).find("routing minimax2"), std::string::npos);
+  MoeProblem llama = cli_problem("tiny", "mxfp4", 4, "w4a16");
+  llama.layer.routing.method = RoutingMethod::kLlama4;
+  llama.layer.routing.top_k = 2;
+  EXPECT_NE(reason(Backend::kCudaW4A16Grouped, llama).find("routing llama4"), std::string::npos);
   MoeProblem odd = cli_problem("tiny", "mxfp4", 4, "w4a16", 1, false, 208, 0);  // 208 % 32 != 0
   EXPECT_NE(reason(Backend::kCudaW4A16Grouped, odd).find("multiples of 32"), std::string::npos);
   MoeProblem ep = cli_problem("tiny", "bf16", 4, "w4a16", 2);
-  EXPECT_NE(reason(Backend::kCudaMonolithic, ep).find("monolithic kernels run one rank"),
+  EXPECT_NE(reason(Backend::kCpuMonolithic, ep).find("monolithic kernels run one rank"),
             std::string::npos);
   EXPECT_TRUE(backend_supports(Backend::kCpuReference, ep, sm90, ActivationFormat::kStandard).ok);
 }
@@ -118,12 +117,11 @@ TEST(Oracle, OverridesAreValidatedNeverSilent) {
   const DeviceCapabilities sm90 = DeviceCapabilities::parse("sm90");
   expect_error([&] { select_backend_for_run(p, sm90, "warp_speed"); },
                {"'warp_speed'", "--backend", "not a known backend"});
-  expect_error(
-      [&] { select_backend_for_run(p, sm90, "cutlass_fp4_sm100"); },
-      {"cutlass_fp4_sm100", "--backend", "needs FP4 tensor cores (SM100+), device is sm_90"});
-  setenv(kBackendEnvVar, "trtllm_fp4_sm100", 1);
+  expect_error([&] { select_backend_for_run(p, DeviceCapabilities::cpu(), "cuda_w4a16_grouped"); },
+               {"cuda_w4a16_grouped", "--backend", "needs a CUDA device"});
+  setenv(kBackendEnvVar, "cuda_bf16_grouped", 1);
   expect_error([&] { select_backend_for_run(p, sm90); },
-               {"MOEKIT_BACKEND", "needs FP4 tensor cores (SM100+), device is sm_90"});
+               {"MOEKIT_BACKEND", "cuda_bf16_grouped", "bf16 weights"});
   // The flag wins over the environment.
   const BackendSelection s = select_backend_for_run(p, sm90, "cpu_monolithic");
   EXPECT_EQ(s.backend, Backend::kCpuMonolithic);

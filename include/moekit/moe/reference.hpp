@@ -17,6 +17,8 @@
 //    and sums the expert outputs with weight 1.
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -69,6 +71,25 @@ void moe_reference_routed(const TensorView& hidden_states, const TensorView& top
                           const TensorView& topk_weights, const MoeLayerConfig& config,
                           const MoeWeights& weights, const TensorView& out,
                           const MoeReferenceOptions& options = {});
+
+// An independent float64 implementation of the layer, the yardstick for the fp32 reference above
+// and for every backend. It shares only the normative quantize / dequantize (formats.md) with the
+// fp32 reference and evaluates the GEMMs, biases, activations and the combine in float64 with its
+// own loops. Same inputs and semantics as moe_reference_routed(); returns out [M, H] as float64.
+// In kEmulateActivationQuant mode the GEMM inputs are rounded to fp32 and quantized with the same
+// quantize op (a float64 pipeline with fp32 quantization points).
+std::vector<double> moe_reference_float64(const TensorView& hidden_states,
+                                          const TensorView& topk_ids,
+                                          const TensorView& topk_weights,
+                                          const MoeLayerConfig& config, const MoeWeights& weights,
+                                          const MoeReferenceOptions& options = {});
+
+// ||out - ref|| / ||ref|| (0 when both are zero; +inf when only ref is zero), and max |out - ref|.
+struct ErrorStats {
+  double relative_l2 = 0.0;
+  double max_abs = 0.0;
+};
+ErrorStats compare_to_reference(const float* out, const double* ref, std::int64_t n);
 
 // Checks that config and weights describe the same layer (E, H, I, gated, biases); throws
 // moekit::Error naming the field.

@@ -1,13 +1,15 @@
-// MoE backends: the enum the oracle chooses from, device capabilities, and the registry through
-// which compiled-in implementations (CUDA experts) announce themselves.
+// MoE backends: the enum the oracle chooses from, device capabilities, and the registry of the
+// implementations compiled into this build.
 //
-// A CUDA experts implementation registers itself in its own .cpp/.cu (host code):
-//   MOEKIT_REGISTER_MOE_BACKEND(w4a16, Backend::kCudaW4A16Grouped, {
+// The enum lists the backends that exist; planned ones (CUDA batched-format and monolithic experts,
+// Blackwell W4A4 backends) are described in docs/architecture.md, not here. The registry is filled
+// on first use with every backend of this build (CPU always, CUDA when the build has it), so a
+// program that links the static library gets them without linker options. A program may add or
+// replace an implementation:
+//   BackendRegistry::instance().add(Backend::kCudaW4A16Grouped, {
 //       .make_experts = [](const MoeProblem& p) { return std::make_unique<MyExperts>(p); },
-//       .make_prepare_finalize = [](const MoeProblem& p) { return make_my_cuda_no_ep_pf(p); }});
-// The oracle then treats the backend as compiled in and adds the experts' own supports() to the
-// backend's chain. Factories must be cheap (no device allocation): the oracle builds an instance
-// to ask supports().
+//       .make_prepare_finalize = [](const MoeProblem& p) { return make_my_prepare_finalize(p); }});
+// Factories must be cheap (no device allocation): the oracle builds an instance to ask supports().
 #pragma once
 
 #include <cstdint>
@@ -29,20 +31,9 @@ enum class Backend : std::uint8_t {
   kCpuBatched,           // CPU, batched format
   kCpuMonolithic,        // CPU, routing + experts + reduce in one piece
   kCudaBf16Grouped,      // SM90 bf16 grouped GEMM (W16A16)
-  kCudaFp8Grouped,       // SM90 fp8 e4m3 grouped GEMM, per-tensor / per-token scales
   kCudaFp8BlockGrouped,  // SM90 fp8 grouped GEMM, DeepSeek 128x128 weights / 1x128 activations
   kCudaW4A16Grouped,     // SM90 NVFP4/MXFP4 weights dequantized to bf16 in registers
-  kCudaW4A8Grouped,      // SM90 MXFP4 weights as e4m3 (exact) x fp8_token activations (NVFP4 and
-                         // other fp8 activations are refused by supports(), with the reason)
-  kCudaBf16Batched,      // batched-format variants (EP low-latency dispatch, CUDA graphs)
-  kCudaFp8BlockBatched,
-  kCudaW4A16Batched,
-  kCudaW4A8Batched,
-  kCudaMonolithic,   // routing + experts + finalize fused (decode), standard format
-  kCutlassFp4Sm100,  // Blackwell-only W4A4 (FP4 tensor cores)
-  kTrtllmFp4Sm100,
-  kFlashinferCutedslSm100,
-  kFlashinferCutedslBatchedSm100,
+  kCudaW4A8Grouped,      // SM90 MXFP4 weights as e4m3 (exact) x fp8_token activations
 };
 
 std::string_view moe_backend_name(Backend b);  // "cpu_reference", "cuda_w4a16_grouped", ...
@@ -56,7 +47,7 @@ struct BackendTraits {
   ActivationFormat format;
   bool monolithic;
   bool on_cuda;  // false: CPU
-  int min_sm;    // 0 for CPU; 90 or 100 for CUDA
+  int min_sm;    // 0 for CPU; 90 for the SM90 (sm_90a) kernels
   const char* description;
 };
 const BackendTraits& backend_traits(Backend b);
@@ -77,31 +68,32 @@ struct DeviceCapabilities {
   static DeviceCapabilities detect();
 };
 
-// A compiled-in implementation of a backend.
+// An implementation of a backend: its experts and the PrepareFinalize that goes with them.
 struct BackendRegistration {
   std::function<std::unique_ptr<Experts>(const MoeProblem&)> make_experts;
-  // Optional: the PrepareFinalize matching the experts (device-side quantize/finalize). Absent:
+  // Optional: the PrepareFinalize matching the experts (the device's quantize / finalize). Absent:
   // the backend can only be used with a caller-provided PrepareFinalize.
   std::function<std::unique_ptr<PrepareFinalize>(const MoeProblem&)> make_prepare_finalize;
 };
 
 class BackendRegistry {
  public:
+  // The registry, holding every backend of this build on first use (register_builtin_backends).
   static BackendRegistry& instance();
-  // Returns true (for static registration). A second registration of a backend replaces the first.
-  bool add(Backend backend, BackendRegistration registration);
+  // A second registration of a backend replaces the first.
+  void add(Backend backend, BackendRegistration registration);
   void remove(Backend backend);  // tests
   bool compiled_in(Backend backend) const;
   const BackendRegistration* find(Backend backend) const;  // nullptr when not compiled in
+  std::vector<Backend> registered() const;                  // in enum order
 
  private:
   BackendRegistry();
   std::vector<std::optional<BackendRegistration>> entries_;
 };
 
-}  // namespace moekit
+// Adds the backends compiled into this build to `registry` (the CPU backends, and the SM90 CUDA
+// experts when the build has CUDA). BackendRegistry::instance() calls it once.
+void register_builtin_backends(BackendRegistry& registry);
 
-#define MOEKIT_REGISTER_MOE_BACKEND(ident, backend, ...)    \
-  static const bool moekit_moe_backend_registered_##ident = \
-      ::moekit::BackendRegistry::instance().add((backend),  \
-                                                ::moekit::BackendRegistration __VA_ARGS__)
+}  // namespace moekit

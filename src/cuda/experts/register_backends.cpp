@@ -1,5 +1,5 @@
-// Registers the CUDA Experts implementations with the oracle (moekit/oracle/backend.hpp), each
-// paired with the CUDA NoEP PrepareFinalize (device-side activation quantize + finalize):
+// The CUDA Experts implementations of the oracle (moekit/oracle/backend.hpp), each paired with
+// the CUDA NoEP PrepareFinalize (device-side activation quantize + finalize):
 //   cuda_bf16_grouped       make_bf16_grouped_experts       (W16A16, SiLU-and-mul, no biases)
 //   cuda_fp8_block_grouped  make_fp8_block_grouped_experts  (W8A8 e4m3 128x128 / 1x128)
 //   cuda_w4a16_grouped      make_w4a16_grouped_experts      (NVFP4 / MXFP4 weights, bf16 acts)
@@ -20,44 +20,35 @@
 #include "cuda/experts/fp8_block_experts.hpp"
 #include "cuda/experts/w4a16_experts.hpp"
 #include "cuda/experts/w4a8_experts.hpp"
-#include "moekit/oracle/backend.hpp"
+#include "cuda/experts/register_backends.hpp"
 #include "moekit/prepare_finalize/cuda_prepare_finalize.hpp"
 
-namespace moekit {
-namespace {
+namespace moekit::cuda {
 
-std::unique_ptr<PrepareFinalize> cuda_no_ep(const MoeProblem&) {
-  return make_cuda_no_ep_prepare_finalize(0);
+void register_backends(BackendRegistry& registry) {
+  auto no_ep = [](const MoeProblem&) -> std::unique_ptr<PrepareFinalize> {
+    return make_cuda_no_ep_prepare_finalize(0);
+  };
+  registry.add(Backend::kCudaBf16Grouped,
+               {.make_experts = [](const MoeProblem& p) -> std::unique_ptr<Experts> {
+                  return make_bf16_grouped_experts(p);
+                },
+                .make_prepare_finalize = no_ep});
+  registry.add(Backend::kCudaFp8BlockGrouped,
+               {.make_experts = [](const MoeProblem& p) -> std::unique_ptr<Experts> {
+                  return make_fp8_block_grouped_experts(p);
+                },
+                .make_prepare_finalize = no_ep});
+  registry.add(Backend::kCudaW4A16Grouped,
+               {.make_experts = [](const MoeProblem& p) -> std::unique_ptr<Experts> {
+                  return make_w4a16_grouped_experts(p);
+                },
+                .make_prepare_finalize = no_ep});
+  registry.add(Backend::kCudaW4A8Grouped,
+               {.make_experts = [](const MoeProblem& p) -> std::unique_ptr<Experts> {
+                  return make_w4a8_grouped_experts(p);
+                },
+                .make_prepare_finalize = no_ep});
 }
 
-}  // namespace
-
-MOEKIT_REGISTER_MOE_BACKEND(cuda_bf16_grouped, Backend::kCudaBf16Grouped,
-                            {.make_experts = [](const MoeProblem& p)
-                                 -> std::unique_ptr<Experts> {
-                               return cuda::make_bf16_grouped_experts(p);
-                             },
-                             .make_prepare_finalize = cuda_no_ep});
-
-MOEKIT_REGISTER_MOE_BACKEND(cuda_fp8_block_grouped, Backend::kCudaFp8BlockGrouped,
-                            {.make_experts = [](const MoeProblem& p)
-                                 -> std::unique_ptr<Experts> {
-                               return cuda::make_fp8_block_grouped_experts(p);
-                             },
-                             .make_prepare_finalize = cuda_no_ep});
-
-MOEKIT_REGISTER_MOE_BACKEND(cuda_w4a16_grouped, Backend::kCudaW4A16Grouped,
-                            {.make_experts = [](const MoeProblem& p)
-                                 -> std::unique_ptr<Experts> {
-                               return cuda::make_w4a16_grouped_experts(p);
-                             },
-                             .make_prepare_finalize = cuda_no_ep});
-
-MOEKIT_REGISTER_MOE_BACKEND(cuda_w4a8_grouped, Backend::kCudaW4A8Grouped,
-                            {.make_experts = [](const MoeProblem& p)
-                                 -> std::unique_ptr<Experts> {
-                               return cuda::make_w4a8_grouped_experts(p);
-                             },
-                             .make_prepare_finalize = cuda_no_ep});
-
-}  // namespace moekit
+}  // namespace moekit::cuda

@@ -1,8 +1,10 @@
 // `moekit info`: the build (CUDA on/off), the devices found and the backends compiled in.
 #include <cstdio>
+#include <string>
 
 #include "cli/command.hpp"
 #include "core/device_runtime.hpp"
+#include "moekit/oracle/backend.hpp"
 
 namespace {
 
@@ -18,6 +20,15 @@ void setup_info(CLI::App& sub) {
       std::printf("  cuda:%d %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n", i, d.name.c_str(), d.sm_major,
                   d.sm_minor, d.multiprocessors, d.global_memory_bytes / 1073741824.0,
                   d.l2_bytes / 1048576.0);
+    }
+    const auto& registry = moekit::BackendRegistry::instance();
+    const auto backends = registry.registered();
+    std::printf("backends: %zu compiled in\n", backends.size());
+    for (moekit::Backend b : backends) {
+      const auto& t = moekit::backend_traits(b);
+      std::printf("  %-24s %-8s %-10s %s\n", std::string(moekit::moe_backend_name(b)).c_str(),
+                  t.on_cuda ? "sm_90a" : "cpu", moekit::activation_format_name(t.format).data(),
+                  t.description);
     }
   });
 }

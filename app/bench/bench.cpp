@@ -1,6 +1,6 @@
 // `moekit bench`: ceilings, cuBLAS baseline and moekit experts per preset x scheme x tokens
 // (see bench.hpp; method: docs/performance.md).
-#include "cuda/bench/bench.hpp"
+#include "bench/bench.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "core/device_runtime.hpp"
-#include "cuda/bench/bench_cublas.hpp"
-#include "cuda/bench/bench_util.hpp"
-#include "cuda/bench/bench_kernels.hpp"
-#include "cuda/bench/bench_weights.hpp"
+#include "bench/bench_cublas.hpp"
+#include "bench/bench_util.hpp"
+#include "bench/bench_kernels.hpp"
+#include "bench/bench_weights.hpp"
 #include "cuda/experts/bf16_experts.hpp"
 #include "cuda/experts/w4a16_experts.hpp"
 #include "cuda/experts/w4a8_experts.hpp"

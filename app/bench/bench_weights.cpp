@@ -1,12 +1,12 @@
 // The expert weights of `moekit bench` (see bench_weights.hpp).
-#include "cuda/bench/bench_weights.hpp"
+#include "bench/bench_weights.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/bench/bench_kernels.hpp"
+#include "bench/bench_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/quant/quantize.hpp"

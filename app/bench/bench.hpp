@@ -1,4 +1,4 @@
-// Internal: `moekit bench` (tools/cli/bench.cpp parses the options and calls run_bench).
+// Internal: `moekit bench` (app/cli/bench.cpp parses the options and calls run_bench).
 // One run measures the ceilings, then for each preset x scheme x token count: the cuBLAS bf16
 // per-expert baseline and the moekit experts (any backend by name) in CUDA graphs with L2-cold
 // weights; prints a table and optionally writes JSON. Methodology: docs/performance.md.

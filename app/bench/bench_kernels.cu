@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/bench/bench_kernels.hpp"
+#include "bench/bench_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 
 namespace moekit::bench {

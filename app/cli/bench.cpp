@@ -1,4 +1,4 @@
-// `moekit bench`: the benchmark harness (src/cuda/bench/). Presets x schemes (bf16, fp8_block,
+// `moekit bench`: the benchmark harness (app/bench/). Presets x schemes (bf16, fp8_block,
 // nvfp4, mxfp4) x token counts in one run: ceilings (copy bandwidth, cuBLAS bf16 / cuBLASLt fp8
 // peaks), the cuBLAS bf16 per-expert baseline and the moekit experts in CUDA graphs with L2-cold
 // weights; a table, optional JSON and the command reproducing each row. Needs a CUDA build and an
@@ -11,7 +11,7 @@
 #include "cli/command.hpp"
 #include "moekit/core/error.hpp"
 #if MOEKIT_WITH_CUDA
-#include "cuda/bench/bench.hpp"
+#include "bench/bench.hpp"
 #endif
 
 namespace {

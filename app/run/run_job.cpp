@@ -1,5 +1,5 @@
 // The job behind `moekit run` (run_job.hpp).
-#include "moekit/moe/run_job.hpp"
+#include "run/run_job.hpp"
 
 #include <chrono>
 #include <map>
@@ -10,7 +10,6 @@
 #include <optional>
 #include <sstream>
 
-#include "cpu/moe/naive_reference.hpp"
 #include "moekit/io/moe_loader.hpp"
 #include "moekit/io/replay.hpp"
 #include "moekit/core/error.hpp"
@@ -325,7 +324,7 @@ RunJobReport run_job(const RunJobOptions& options) {
   } else {
     routing = route_reference(logits, router.correction_bias, config.routing);
   }
-  const std::vector<double> ref = cpu::moe_naive_reference(
+  const std::vector<double> ref = moe_reference_float64(
       hidden, routing.topk_ids, routing.topk_weights, config, weights, in.options);
   r.reference_ms = ms_since(t_ref);
   std::vector<char> touched(static_cast<std::size_t>(config.num_experts), 0);
@@ -333,7 +332,7 @@ RunJobReport run_job(const RunJobOptions& options) {
     touched[routing.topk_ids.ptr<std::int32_t>()[s]] = 1;
   for (char t : touched) r.experts_touched += t;
 
-  const cpu::ErrorStats err = cpu::compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
+  const ErrorStats err = compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
   r.max_abs_error = err.max_abs;
   r.relative_l2 = err.relative_l2;
   double sq = 0;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/device_runtime.hpp"
-#include "cuda/bench/bench.hpp"
-#include "cuda/bench/bench_cublas.hpp"
-#include "cuda/bench/bench_kernels.hpp"
-#include "cuda/bench/bench_util.hpp"
+#include "bench/bench.hpp"
+#include "bench/bench_cublas.hpp"
+#include "bench/bench_kernels.hpp"
+#include "bench/bench_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 #include "moekit/moe/layer_config.hpp"

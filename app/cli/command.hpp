@@ -1,4 +1,4 @@
-// The CLI's subcommand registry: each tools/cli/<name>.cpp registers one subcommand with
+// The CLI's subcommand registry: each app/cli/<name>.cpp registers one subcommand with
 //   MOEKIT_REGISTER_COMMAND(run, "Run one MoE layer and check it", setup_run);
 // where setup_run(CLI::App& sub) adds its options and its callback (sub.callback(...)).
 // Callbacks report failures by throwing moekit::Error; main() prints it and exits 1.

@@ -1,5 +1,5 @@
 // The cuBLAS ceilings and baseline of `moekit bench` (see bench_cublas.hpp).
-#include "cuda/bench/bench_cublas.hpp"
+#include "bench/bench_cublas.hpp"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/bench/bench_kernels.hpp"
-#include "cuda/bench/bench_util.hpp"
+#include "bench/bench_kernels.hpp"
+#include "bench/bench_util.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/gemm/grouped_gemm.hpp"
 

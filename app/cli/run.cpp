@@ -9,7 +9,7 @@
 #include "moekit/core/error.hpp"
 #include "moekit/io/moe_loader.hpp"
 #include "moekit/moe/layer_config.hpp"
-#include "moekit/moe/run_job.hpp"
+#include "run/run_job.hpp"
 #include "moekit/oracle/oracle.hpp"
 
 namespace {

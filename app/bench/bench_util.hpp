@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/bench/bench_kernels.hpp"
+#include "bench/bench_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
 

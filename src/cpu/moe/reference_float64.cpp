@@ -1,6 +1,5 @@
-// The float64 naive MoE layer (naive_reference.hpp). Written for obviousness, not speed: one
-// token and slot at a time, plain triple loops.
-#include "cpu/moe/naive_reference.hpp"
+// moe_reference_float64 (moekit/moe/reference.hpp): the layer in float64, written for
+// obviousness, not speed: one token and slot at a time, plain triple loops.
 
 #include <algorithm>
 #include <bit>
@@ -10,10 +9,13 @@
 
 #include "cpu/moe/expert_slice.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/moe/reference.hpp"
 #include "moekit/core/parallel.hpp"
 #include "moekit/quant/quantize.hpp"
 
-namespace moekit::cpu {
+namespace moekit {
+
+using cpu::dequantize_expert;
 
 namespace {
 
@@ -59,7 +61,7 @@ std::vector<float> fake_quant(std::vector<float> x, std::int64_t rows, std::int6
 
 }  // namespace
 
-std::vector<double> moe_naive_reference(const TensorView& hidden_states, const TensorView& topk_ids,
+std::vector<double> moe_reference_float64(const TensorView& hidden_states, const TensorView& topk_ids,
                                         const TensorView& topk_weights,
                                         const MoeLayerConfig& config, const MoeWeights& weights,
                                         const MoeReferenceOptions& options) {
@@ -187,4 +189,4 @@ ErrorStats compare_to_reference(const float* out, const double* ref, std::int64_
   return s;
 }
 
-}  // namespace moekit::cpu
+}  // namespace moekit

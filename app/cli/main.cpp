@@ -1,4 +1,4 @@
-// moekit: the command-line tool. Subcommands live in tools/cli/<name>.cpp and register themselves.
+// moekit: the command-line tool. Subcommands live in app/cli/<name>.cpp and register themselves.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
