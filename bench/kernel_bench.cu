@@ -384,13 +384,12 @@ int main(int argc, char** argv) {
     }
     // The FP4 kernel choices this run was made with (unset: the library's defaults).
     const char* fp4_kernel = std::getenv("MOEKIT_QUANT_FP4_KERNEL");
-    const char* fp4_threads = std::getenv("MOEKIT_QUANT_FP4_ROWS_THREADS");
     std::fprintf(f, "{\n  \"tool\": \"moekit_kernel_bench\",\n  \"date\": \"%s\",\n  \"gpu\": \"%s\",\n"
                  "  \"sms\": %d,\n  \"fp4_quantize_kernel\": \"%s\",\n"
-                 "  \"fp4_rows_threads\": \"%s\",\n  \"copy_gb_per_s\": %.1f,\n"
+                 "  \"copy_gb_per_s\": %.1f,\n"
                  "  \"results\": [\n%s\n  ]\n}\n",
                  date, prop.name, prop.multiProcessorCount, fp4_kernel ? fp4_kernel : "auto",
-                 fp4_threads ? fp4_threads : "by K", copy_gbs, json_rows.c_str());
+                 copy_gbs, json_rows.c_str());
     std::fclose(f);
     std::printf("\nwrote %s\n", out_path.c_str());
   }

@@ -9,7 +9,7 @@
 # Without an argument gpu_check gets 520 s (every gpu test ~160-180 s, memcheck ~70-90 s,
 # racecheck ~80-150 s, the kernel benchmark): the complete check. With "layer" it gets 330 s so
 # that the layer benchmark fits the same 600 s call, which can cut the racecheck subset short
-# (Session 16: after 10 of its tests; 2026-12-03c: complete, gpu_check 316 s); then the complete
+# (2026-12-03c: complete, gpu_check 316 s); then the complete
 # check is the argument-less call plus a "layer-only" call.
 set -u
 B=.devbin-final

@@ -23,13 +23,14 @@
 #include "bench/bench_util.hpp"
 #include "bench/bench_kernels.hpp"
 #include "bench/bench_weights.hpp"
-#include "cuda/experts/bf16_experts.hpp"
-#include "cuda/experts/w4a16_experts.hpp"
-#include "cuda/experts/w4a8_experts.hpp"
+#include "cuda/experts/sm90_grouped_experts.hpp"
+#include "cuda/finalize/weighted_reduce.hpp"
+#include "cuda/permute/permute_kernels.hpp"
 #include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/tuning/sm90_tuning.hpp"
+#include "moekit/oracle/backend.hpp"
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/routing/routing.hpp"
 
@@ -69,19 +70,16 @@ const Scheme& find_scheme(const std::string& name) {
   throw_arg_error("bench", "--quant", "one of " + valid, name);
 }
 
-std::map<std::string, ExpertsFactory>& registry() {
-  static std::map<std::string, ExpertsFactory> r = {
-      {"cuda_bf16_grouped", [](const MoeProblem& p) { return cuda::make_bf16_grouped_experts(p); }},
-      {"cuda_fp8_block_grouped",
-       [](const MoeProblem& p) { return cuda::make_fp8_block_grouped_experts(p); }},
-      {"cuda_w4a16_grouped",
-       [](const MoeProblem& p) { return cuda::make_w4a16_grouped_experts(p); }},
-      {"cuda_w4a8_grouped",
-       [](const MoeProblem& p) { return cuda::make_w4a8_grouped_experts(p); }},
-  };
-  return r;
+// The modular experts of a registered CUDA backend for `problem`.
+std::unique_ptr<ModularExperts> make_experts(const std::string& backend, const MoeProblem& problem) {
+  const BackendRegistration* r = BackendRegistry::instance().find(parse_moe_backend(backend));
+  MOEKIT_CHECK(r != nullptr, "bench: backend ", backend, " is not compiled into this build");
+  std::unique_ptr<Experts> e = r->make_experts(problem);
+  auto* modular = dynamic_cast<ModularExperts*>(e.get());
+  MOEKIT_CHECK(modular != nullptr, "bench: backend ", backend, " is not a modular experts backend");
+  e.release();
+  return std::unique_ptr<ModularExperts>(modular);
 }
-
 
 Tensor device_tensor(DType t, Shape s) { return Tensor(t, s, Device::cuda(0)); }
 
@@ -119,14 +117,13 @@ std::string env_or(const char* name, const char* fallback) {
 
 }  // namespace
 
-bool register_experts(const std::string& name, ExpertsFactory factory) {
-  registry()[name] = std::move(factory);
-  return true;
-}
-
 std::vector<std::string> experts_names() {
   std::vector<std::string> v;
-  for (const auto& [name, f] : registry()) v.push_back(name);
+  for (Backend b : BackendRegistry::instance().registered()) {
+    const BackendTraits& t = backend_traits(b);
+    if (t.on_cuda && !t.monolithic && t.format == ActivationFormat::kStandard)
+      v.emplace_back(moe_backend_name(b));
+  }
   return v;
 }
 
@@ -147,7 +144,9 @@ void validate_bench_options(const BenchOptions& o) {
   if (!o.backend.empty()) {
     std::string valid;
     for (const auto& n : experts_names()) valid += (valid.empty() ? "" : ", ") + n;
-    MOEKIT_CHECK_ARG(registry().count(o.backend) == 1, "--backend", "one of " + valid, o.backend);
+    const std::vector<std::string> names = experts_names();
+    MOEKIT_CHECK_ARG(std::find(names.begin(), names.end(), o.backend) != names.end(), "--backend",
+                     "one of " + valid, o.backend);
   }
 }
 
@@ -211,7 +210,7 @@ void run_bench(const BenchOptions& o) {
       if (pr.experts || !pr.unsupported.empty()) return pr;
       const Scheme& sch = find_scheme(qname);
       const MoeProblem p = problem(sch, max_tokens);
-      pr.experts = registry().at(backend)(p);
+      pr.experts = make_experts(backend, p);
       const Support sup = pr.experts->supports(p);
       if (!sup.ok) {
         pr.unsupported = backend + ": " + sup.reason;
@@ -256,40 +255,54 @@ void run_bench(const BenchOptions& o) {
         bl.h1 = device_tensor(DType::kBF16, Shape{r, 2 * i});
         bl.act = device_tensor(DType::kBF16, Shape{r, i});
         bl.out = device_tensor(DType::kBF16, Shape{r, h});
-        cuda::detail::permute_by_expert(d_ids.ptr<std::int32_t>(), r, e, bl.d_off.ptr<std::int32_t>(),
-                                        bl.sorted.ptr<std::int32_t>(), bl.prow.ptr<std::int32_t>(), s);
-        cuda::detail::gather_rows(x.data(), h * 2, bl.sorted.ptr<std::int32_t>(), k, r,
-                                  bl.d_off.ptr<std::int32_t>() + e, bl.a.data(), s);
+        cuda::PermuteArgs perm;
+        perm.topk_ids = d_ids.ptr<std::int32_t>();
+        perm.num_assignments = r;
+        perm.num_experts = perm.num_local_experts = e;
+        perm.expert_offsets = bl.d_off.ptr<std::int32_t>();
+        perm.sorted_ids = bl.sorted.ptr<std::int32_t>();
+        perm.permuted_row = bl.prow.ptr<std::int32_t>();
+        cuda::permute_by_expert(perm, s);
+        cuda::GatherArgs gather;
+        gather.src = x.data();
+        gather.row_bytes = h * 2;
+        gather.sorted_ids = bl.sorted.ptr<std::int32_t>();
+        gather.top_k = k;
+        gather.max_rows = r;
+        gather.num_rows = bl.d_off.ptr<std::int32_t>() + e;
+        gather.out = bl.a.data();
+        cuda::gather_rows(gather, s);
         run_base();
-        cuda::detail::weighted_reduce_bf16(bl.out.data(), bl.prow.ptr<std::int32_t>(),
-                                           d_w.ptr<float>(), m, k, h, base_out.data(), s);
+        cuda::WeightedReduceArgs reduce;
+        reduce.expert_out = bl.out.data();
+        reduce.source_row = bl.prow.ptr<std::int32_t>();
+        reduce.topk_weights = d_w.ptr<float>();
+        reduce.num_tokens = m;
+        reduce.top_k = k;
+        reduce.hidden = h;
+        reduce.out = base_out.data();
+        cuda::weighted_reduce(reduce, s);
         MOEKIT_CUDA_CHECK(cudaStreamSynchronize(s));
       }
 
       for (const auto& qname : o.quants) {
         const Scheme& sch = find_scheme(qname);
         const std::string backend = o.backend.empty() ? sch.default_backend : o.backend;
-        const bool w4 = sch.weights == QuantScheme::kNVFP4 || sch.weights == QuantScheme::kMXFP4;
         std::string cmd = o.command_prefix + " --preset " + preset_name + " --quant " + qname +
                           " --tokens " + std::to_string(m);
         if (!o.backend.empty()) cmd += " --backend " + o.backend;
         if (!o.baseline) cmd += " --no-baseline";
-        const char* cfg_env = std::getenv("MOEKIT_GROUPED_GEMM_CONFIG");
-        // The grouped-GEMM tile config (bf16 / fp8 CUTLASS); the W4A16 GEMM picks its own.
-        std::string gemm_cfg_name =
-            sch.activations == QuantScheme::kFP8PerToken ? "w4a8" : "w4a16";
-        if (!w4) {
-          const auto type =
-              sch.fp8_peak ? gemm::GroupedGemmType::kFP8Block128 : gemm::GroupedGemmType::kBF16;
-          const auto gemm_cfg = gemm::resolve_grouped_gemm_config(
-              type, cuda::grouped_gemm_config_from_env(type), e, r);
-          gemm_cfg_name = gemm::grouped_gemm_config_name(gemm_cfg);
-          if (cfg_env && *cfg_env) cmd = "MOEKIT_GROUPED_GEMM_CONFIG=" + std::string(cfg_env) + " " + cmd;
-        }
+        // The kernels the tuning rules pick for GEMM1 (the overrides of docs/tuning.md apply).
+        const cuda::SchemeChoice choice = cuda::gemm_scheme_of(problem(sch, m));
+        const std::string gemm_cfg_name =
+            choice.ok ? tuning::sm90::experts_plan(choice.scheme, e, r, h, i, true).gemm1.str()
+                      : "-";
+        for (const char* var : {"MOEKIT_GEMM_KERNEL", "MOEKIT_GEMM_TILE", "MOEKIT_DECODE_ROUTING"})
+          if (const char* v = std::getenv(var); v && *v) cmd = std::string(var) + "=" + v + " " + cmd;
         json row = {{"preset", preset_name}, {"quant", qname}, {"backend", backend},
                     {"tokens", m}, {"distinct_experts", distinct}, {"command", cmd},
                     {"gemm_config", gemm_cfg_name}};
-        const Support sup = registry().at(backend)(problem(sch, m))->supports(problem(sch, m));
+        const Support sup = make_experts(backend, problem(sch, m))->supports(problem(sch, m));
         Prepared* pr = sup.ok ? &prepare(qname, backend) : nullptr;
         const std::string why = !sup.ok ? backend + ": " + sup.reason
                                         : (pr->experts ? std::string() : pr->unsupported);

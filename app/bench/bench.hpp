@@ -26,10 +26,8 @@ struct BenchOptions {
   std::string command_prefix = "moekit bench";  // how rows' reproduce commands begin
 };
 
-// Experts backends the harness can run, by name. Built in: cuda_bf16_grouped,
-// cuda_fp8_block_grouped, cuda_w4a16_grouped. Others add themselves with register_experts.
-using ExpertsFactory = std::function<std::unique_ptr<ModularExperts>(const MoeProblem&)>;
-bool register_experts(const std::string& name, ExpertsFactory factory);
+// The experts backends the harness can run (--backend): the registered CUDA modular experts of the
+// standard format.
 std::vector<std::string> experts_names();
 
 // Checks the options without a device: throws moekit::Error naming the bad argument (--quant,

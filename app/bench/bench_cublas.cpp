@@ -11,7 +11,7 @@
 #include "bench/bench_kernels.hpp"
 #include "bench/bench_util.hpp"
 #include "cuda/runtime/cuda_check.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/activation/gated_activation.hpp"
 
 #define MOEKIT_CUBLAS_CHECK(expr)                                                     \
   do {                                                                                \
@@ -174,7 +174,8 @@ void CublasBaseline::run(const std::vector<std::int32_t>& off, const std::int32_
         const_cast<char*>(bf(h1, std::int64_t{off[e]} * i2)), CUDA_R_16BF, i2, CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT));
   }
-  gemm::silu_and_mul_bf16(h1, act, off.back(), inter, device_offsets + e_count, stream);
+  cuda::gated_activation_bf16(h1, act, off.back(), inter, device_offsets + e_count,
+                              cuda::GatedActivationArgs{}, stream);
   for (int e = 0; e < e_count; ++e) {
     const int c = off[e + 1] - off[e];
     if (c == 0) continue;

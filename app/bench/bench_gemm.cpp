@@ -1,5 +1,5 @@
 // `moekit bench --gemm`: the two bf16 grouped GEMMs of each preset's experts (GEMM1 [R, H] x
-// [E, 2I, H], GEMM2 [R, I] x [E, H, I]) alone, per kernel config, against the copy bandwidth
+// [E, 2I, H], GEMM2 [R, I] x [E, H, I]) alone, per kernel, against the copy bandwidth
 // (see bench.hpp; method: docs/performance.md).
 #include <cuda_runtime_api.h>
 
@@ -16,18 +16,18 @@
 #include "bench/bench_kernels.hpp"
 #include "bench/bench_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/tuning/sm90_tuning.hpp"
 #include "moekit/moe/layer_config.hpp"
 
 namespace moekit::bench {
 namespace {
 
 using json = nlohmann::json;
-using gemm::GroupedGemmConfig;
 
-// The configs timed at every point (kAuto's pick is one of them and is labeled in the rows).
-constexpr GroupedGemmConfig kConfigs[] = {GroupedGemmConfig::kDecode, GroupedGemmConfig::kNarrow,
-                                          GroupedGemmConfig::kWide, GroupedGemmConfig::kWgmma};
+// The kernels timed at every point (the tuning rule's pick is one of them, labeled in the rows).
+constexpr gemm::GemmKernel kKernels[] = {gemm::GemmKernel::kDecode, gemm::GemmKernel::kCutlassNarrow,
+                                         gemm::GemmKernel::kCutlassWide, gemm::GemmKernel::kWgmma};
 
 }  // namespace
 
@@ -46,7 +46,7 @@ void run_gemm_bench(const BenchOptions& o) {
               "rows", "D", "config", "time_us", "p10-p90", "GB/s", "floor_us", "fl/t", "auto");
   GraphTimer timer(s, o.reps);
   json rows = json::array();
-  const auto type = gemm::GroupedGemmType::kBF16;
+  const auto scheme = gemm::GemmScheme::kBF16;
   for (const auto& preset_name : o.presets) {
     const MoeLayerConfig& cfg = layer_preset(preset_name);
     const int e = cfg.num_experts, k = cfg.top_k();
@@ -62,7 +62,7 @@ void run_gemm_bench(const BenchOptions& o) {
       DeviceBuffer a(static_cast<std::size_t>(max_rows) * g.k * 2);
       DeviceBuffer d(static_cast<std::size_t>(max_rows) * g.n * 2);
       DeviceBuffer off(static_cast<std::size_t>(e + 1) * 4);
-      const std::size_t ws_bytes = gemm::grouped_gemm_workspace_bytes(type, e);
+      const std::size_t ws_bytes = gemm::grouped_gemm_workspace_bytes(scheme, e);
       DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
       fill_random_bf16(w.p, static_cast<std::size_t>(e) * g.n * g.k, o.seed + 11, 0.05f, s);
       fill_random_bf16(a.p, static_cast<std::size_t>(max_rows) * g.k, o.seed + 12, 1.0f, s);
@@ -75,30 +75,33 @@ void run_gemm_bench(const BenchOptions& o) {
             cudaMemcpy(off.p, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
         const double wbytes = static_cast<double>(distinct) * g.n * g.k * 2;
         const double floor_s = wbytes / (c.copy_gbps * 1e9);
-        const GroupedGemmConfig picked =
-            gemm::resolve_grouped_gemm_config(type, GroupedGemmConfig::kAuto, e, r);
-        for (const GroupedGemmConfig config : kConfigs) {
+        const gemm::GemmConfig picked =
+            tuning::sm90::gemm_config(scheme, e, r, g.n, g.k, false, true);
+        for (const gemm::GemmKernel kernel : kKernels) {
           gemm::GroupedGemmArgs args;
+          args.scheme = scheme;
           args.num_experts = e;
           args.n = g.n;
           args.k = g.k;
-          args.max_rows = r;
+          args.rows = r;
           args.expert_offsets = static_cast<const std::int32_t*>(off.p);
           args.a = a.p;
-          args.b = w.p;
-          args.d = d.p;
+          args.w = w.p;
+          args.out = d.p;
           args.workspace = ws.p;
           args.workspace_bytes = ws_bytes;
           args.stream = s;
-          args.config = config;
-          const Stats st = timer.time([&] { gemm::grouped_gemm(type, args); });
+          // This kernel with the rules' choice of its tile / variant.
+          const gemm::GemmConfig config =
+              tuning::sm90::gemm_config_for(scheme, kernel, e, r, g.n, g.k, false, true);
+          const Stats st = timer.time([&] { gemm::grouped_gemm(args, config); });
           const double t = st.median_us * 1e-6;
-          const std::string name = gemm::grouped_gemm_config_name(config);
+          const std::string name = config.str();
           std::printf("%-16s %-5s %6lld %6lld %4d %-9s %10.1f %5.0f-%-5.0f %8.0f %10.1f %6.2f %s\n",
                       preset_name.c_str(), g.name, static_cast<long long>(m),
                       static_cast<long long>(r), distinct, name.c_str(), st.median_us, st.p10_us,
                       st.p90_us, wbytes / t / 1e9, floor_s * 1e6, floor_s / t,
-                      config == picked ? "<- auto" : "");
+                      kernel == picked.kernel ? "<- rule" : "");
           std::fflush(stdout);
           rows.push_back({{"preset", preset_name},
                           {"gemm", g.name},
@@ -108,7 +111,7 @@ void run_gemm_bench(const BenchOptions& o) {
                           {"rows", r},
                           {"distinct_experts", distinct},
                           {"config", name},
-                          {"auto_config", config == picked},
+                          {"rule_config", kernel == picked.kernel},
                           {"time_us", st.median_us},
                           {"p10_us", st.p10_us},
                           {"p90_us", st.p90_us},

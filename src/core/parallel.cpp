@@ -1,7 +1,8 @@
 #include "moekit/core/parallel.hpp"
 
+#include "core/env_switch.hpp"
+
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -11,10 +12,7 @@ namespace moekit {
 
 int num_threads() {
   static const int n = [] {
-    if (const char* env = std::getenv("MOEKIT_NUM_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
-    }
+    if (const auto v = env::integer("MOEKIT_NUM_THREADS", 1, 4096)) return static_cast<int>(*v);
     unsigned hc = std::thread::hardware_concurrency();
     return hc ? static_cast<int>(hc) : 1;
   }();

@@ -40,6 +40,20 @@ int ParallelConfig::num_local_experts(int num_experts) const {
   return n;
 }
 
+std::vector<int> ParallelConfig::local_experts(int num_experts) const {
+  std::vector<int> ids(static_cast<std::size_t>(num_local_experts(num_experts)));
+  if (expert_map.empty()) {
+    for (int g = 0; g < num_experts; ++g) ids[static_cast<std::size_t>(g)] = g;
+    return ids;
+  }
+  for (std::size_t g = 0; g < expert_map.size(); ++g) {
+    const std::int32_t l = expert_map[g];
+    if (l >= 0 && static_cast<std::size_t>(l) < ids.size())
+      ids[static_cast<std::size_t>(l)] = static_cast<int>(g);
+  }
+  return ids;
+}
+
 ActivationFormat ParallelConfig::activation_format() const {
   return low_latency_dispatch ? ActivationFormat::kBatched : ActivationFormat::kStandard;
 }

@@ -1,4 +1,5 @@
-// MoeWeights::validate(): shapes, dtypes and scale shapes against the weight quant scheme.
+// MoeWeights::validate(): shapes, dtypes and scale shapes against the weight quant scheme;
+// select_experts.
 #include "moekit/moe/weights.hpp"
 
 #include <string>
@@ -59,6 +60,63 @@ void MoeWeights::validate() const {
   if (w2_bias.defined()) check_tensor(w2_bias, "w2_bias", DType::kF32, Shape{e, h}, dev);
   if (a13_scale.defined()) check_tensor(a13_scale, "a13_scale", DType::kF32, Shape{e}, dev);
   if (a2_scale.defined()) check_tensor(a2_scale, "a2_scale", DType::kF32, Shape{e}, dev);
+}
+
+namespace {
+
+// The rows experts[i] of t's leading dimension when it has num_experts of them, else a copy.
+Tensor select_rows(const Tensor& t, int num_experts, const std::vector<int>& experts) {
+  if (!t.defined()) return Tensor();
+  const TensorView v = t.view();
+  MOEKIT_CHECK_ARG(v.is_contiguous(), "weights", "contiguous tensors", v.str());
+  if (v.rank() == 0 || v.size(0) != num_experts) {
+    Tensor out(t.dtype(), t.shape(), t.device());
+    copy(out.view(), v);
+    return out;
+  }
+  Shape shape = t.shape();
+  shape[0] = static_cast<std::int64_t>(experts.size());
+  Tensor out(t.dtype(), shape, t.device());
+  const std::size_t per = v.nbytes() / static_cast<std::size_t>(num_experts);
+  Shape one = t.shape();
+  one[0] = 1;
+  for (std::size_t i = 0; i < experts.size(); ++i)
+    copy(TensorView(static_cast<char*>(out.data()) + i * per, t.dtype(), one, t.device()),
+         TensorView(static_cast<char*>(t.data()) + static_cast<std::size_t>(experts[i]) * per,
+                    t.dtype(), one, t.device()));
+  return out;
+}
+
+}  // namespace
+
+MoeWeights select_experts(const MoeWeights& w, const std::vector<int>& experts) {
+  MOEKIT_CHECK_ARG(!experts.empty(), "experts", "at least one expert id", "none");
+  for (std::size_t i = 0; i < experts.size(); ++i)
+    MOEKIT_CHECK_ARG(experts[i] >= 0 && experts[i] < w.num_experts,
+                     "experts[" + std::to_string(i) + "]",
+                     "an expert id in [0, " + std::to_string(w.num_experts) + ")", experts[i]);
+  const int e = w.num_experts;
+  MoeWeights out;
+  out.num_experts = static_cast<int>(experts.size());
+  out.hidden_size = w.hidden_size;
+  out.intermediate_size = w.intermediate_size;
+  out.quant = w.quant;
+  out.gated = w.gated;
+  auto select_q = [&](const QuantizedTensor& q) {
+    QuantizedTensor r;
+    r.config = q.config;
+    r.values = select_rows(q.values, e, experts);
+    r.scales = select_rows(q.scales, e, experts);
+    r.global_scale = select_rows(q.global_scale, e, experts);
+    return r;
+  };
+  out.w13 = select_q(w.w13);
+  out.w2 = select_q(w.w2);
+  out.w13_bias = select_rows(w.w13_bias, e, experts);
+  out.w2_bias = select_rows(w.w2_bias, e, experts);
+  out.a13_scale = select_rows(w.a13_scale, e, experts);
+  out.a2_scale = select_rows(w.a2_scale, e, experts);
+  return out;
 }
 
 }  // namespace moekit

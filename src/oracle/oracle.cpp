@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/env_switch.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/moe/reference.hpp"
 
@@ -149,10 +150,7 @@ std::string named_reason(const std::string& name, const std::string& reason) {
   return prefix + reason;
 }
 
-std::string override_from_env() {
-  const char* env = std::getenv(kBackendEnvVar);
-  return env ? std::string(env) : std::string();
-}
+std::string override_from_env() { return env::value(kBackendEnvVar).value_or(std::string()); }
 
 }  // namespace
 

@@ -13,17 +13,17 @@
 #include <string>
 #include <utility>
 
-#include "cuda/gemm/sm90_bf16_decode_fragments.hpp"
+#include "cuda/gemm/decode/sm90_bf16_decode_fragments.hpp"
 #include "test_seed.hpp"
 
 namespace moekit {
 namespace {
 
-using gemm::sm90_decode::bf16_a_source;
-using gemm::sm90_decode::bf16_b_source;
-using gemm::sm90_decode::bf16_lane_k;
-using gemm::sm90_decode::kBf16HalfStride;
-using gemm::sm90_decode::WordSource;
+using gemm::sm90::decode::bf16_a_source;
+using gemm::sm90::decode::bf16_b_source;
+using gemm::sm90::decode::bf16_lane_k;
+using gemm::sm90::decode::kBf16HalfStride;
+using gemm::sm90::decode::WordSource;
 
 constexpr int kChunk = 64;
 

@@ -25,17 +25,17 @@ TEST(Fp4LinearReference, MatchesDequantizedWeights) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::int64_t m = 3, n = 24, k = 64;
-  for (W4Format format : {W4Format::kNVFP4, W4Format::kMXFP4}) {
-    SCOPED_TRACE(format == W4Format::kNVFP4 ? "nvfp4" : "mxfp4");
+  for (QuantScheme format : {QuantScheme::kNVFP4, QuantScheme::kMXFP4}) {
+    SCOPED_TRACE(format == QuantScheme::kNVFP4 ? "nvfp4" : "mxfp4");
     std::vector<float> w(n * k), x(m * k), bias(n), out(m * n);
     for (auto& v : w) v = normal(rng);
     for (auto& v : x) v = normal(rng);
     for (auto& v : bias) v = normal(rng);
     QuantConfig config;
-    config.scheme = format == W4Format::kNVFP4 ? QuantScheme::kNVFP4 : QuantScheme::kMXFP4;
+    config.scheme = format;
     const QuantizedTensor q = quantize(TensorView(w.data(), DType::kF32, Shape{n, k}), config);
     const Tensor w_hat = dequantize(q.view());
-    const float alpha = format == W4Format::kNVFP4 ? 1.0f / q.global_scale.ptr<float>()[0] : 1.0f;
+    const float alpha = format == QuantScheme::kNVFP4 ? 1.0f / q.global_scale.ptr<float>()[0] : 1.0f;
     fp4_linear_reference(format, m, n, k, x.data(), q.values.ptr<std::uint8_t>(),
                          q.scales.ptr<std::uint8_t>(), alpha, bias.data(), out.data());
     double num = 0, den = 0;
@@ -57,7 +57,7 @@ TEST(Fp4LinearReference, RejectsUnalignedK) {
   std::vector<float> buf(64);
   std::vector<std::uint8_t> bytes(64);
   try {
-    fp4_linear_reference(W4Format::kMXFP4, 1, 1, 48, buf.data(), bytes.data(), bytes.data(), 1.0f,
+    fp4_linear_reference(QuantScheme::kMXFP4, 1, 1, 48, buf.data(), bytes.data(), bytes.data(), 1.0f,
                          nullptr, buf.data());
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {

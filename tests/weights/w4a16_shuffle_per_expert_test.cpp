@@ -1,5 +1,5 @@
-// cuda::detail::w4a16_shuffle_per_expert (the W4A16 experts' parallel weight shuffle, host code of
-// CUDA builds; no device needed) is byte-identical to one gemm::w4a16_shuffle_weights call over
+// cuda::w4a16_shuffle_per_expert (the W4A16 experts' parallel weight shuffle, host code of CUDA
+// builds; no device needed) is byte-identical to one gemm::w4a16_shuffle_weights call over
 // all experts, for NVFP4 / MXFP4, gated (GEMM1) and not (GEMM2), random codes and scales.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/experts/sm90_experts_weights.hpp"
+#include "cuda/gemm/w4a16/sm90_w4a16_weight_shuffle.hpp"
 #include "test_seed.hpp"
 
 namespace moekit {
@@ -21,10 +22,10 @@ TEST(W4A16ShufflePerExpert, MatchesTheSingleCall) {
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   const std::int64_t e = 5, n = 96, k = 192;  // 6 row tiles, 3 K chunks per expert
-  for (gemm::W4Format f : {gemm::W4Format::kNVFP4, gemm::W4Format::kMXFP4}) {
+  for (QuantScheme f : {QuantScheme::kNVFP4, QuantScheme::kMXFP4}) {
     for (bool gated : {true, false}) {
-      SCOPED_TRACE(gemm::w4_format_name(f) + (gated ? " gated" : " plain"));
-      const std::int64_t sfv = gemm::w4_scale_block(f);
+      SCOPED_TRACE(std::string(scheme_name(f)) + (gated ? " gated" : " plain"));
+      const std::int64_t sfv = scale_block_size(f);
       std::vector<std::uint8_t> codes(static_cast<std::size_t>(e * n * k / 2)),
           scales(static_cast<std::size_t>(e * n * k / sfv));
       for (auto& c : codes) c = static_cast<std::uint8_t>(rng());
@@ -33,8 +34,8 @@ TEST(W4A16ShufflePerExpert, MatchesTheSingleCall) {
           got_c(codes.size(), 0xAB), got_s(scales.size(), 0xAB);
       gemm::w4a16_shuffle_weights(f, e, n, k, gated, codes.data(), scales.data(), want_c.data(),
                                   want_s.data());
-      cuda::detail::w4a16_shuffle_per_expert(f, e, n, k, gated, codes.data(), scales.data(),
-                                             got_c.data(), got_s.data());
+      cuda::w4a16_shuffle_per_expert(f, e, n, k, gated, codes.data(), scales.data(),
+                                     got_c.data(), got_s.data());
       EXPECT_TRUE(got_c == want_c);
       EXPECT_TRUE(got_s == want_s);
     }

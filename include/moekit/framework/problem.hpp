@@ -36,6 +36,8 @@ struct ParallelConfig {
   // Contiguous split: rank r owns experts [r*E/ep, (r+1)*E/ep) (E % ep_size == 0).
   static ParallelConfig expert_parallel(int num_experts, int ep_size, int ep_rank, int dp_size = 1);
   int num_local_experts(int num_experts) const;  // E when expert_map is empty
+  // The global id of each local expert, in local order (0..E-1 when expert_map is empty).
+  std::vector<int> local_experts(int num_experts) const;
   ActivationFormat activation_format() const;    // kBatched iff low_latency_dispatch
   bool is_identity() const;                      // single rank, all experts local
   void validate(int num_experts) const;          // throws moekit::Error naming the field

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "moekit/core/tensor.hpp"
 #include "moekit/quant/quantize.hpp"
@@ -39,6 +40,13 @@ struct MoeWeights {
   // K]); throws moekit::Error naming the tensor.
   void validate() const;
 };
+
+// The experts `experts` (global ids, in the order given: local expert l = experts[l]) of `w`, as a
+// layer of experts.size() experts on the same device: every per-expert tensor (leading dimension
+// E) sliced, anything else copied. What one expert-parallel rank holds:
+//   select_experts(weights, problem.parallel.local_experts(weights.num_experts)).
+// Throws moekit::Error naming the bad id.
+MoeWeights select_experts(const MoeWeights& w, const std::vector<int>& experts);
 
 // Router parameters when the layer computes its own logits: logits = x @ weight^T (+ bias).
 struct RouterWeights {

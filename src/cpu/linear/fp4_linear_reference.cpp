@@ -14,8 +14,8 @@ double e2m1_value(int code) {
   return (code & 8) ? -kMagnitude[code & 7] : kMagnitude[code & 7];
 }
 
-double scale_value(W4Format format, int byte) {
-  if (format == W4Format::kMXFP4) return byte == 0xFF ? NAN : std::ldexp(1.0, byte - 127);
+double scale_value(QuantScheme format, int byte) {
+  if (format == QuantScheme::kMXFP4) return byte == 0xFF ? NAN : std::ldexp(1.0, byte - 127);
   if ((byte & 0x7F) == 0x7F) return NAN;
   const int e = (byte >> 3) & 0xF, m = byte & 7;
   const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
@@ -24,10 +24,10 @@ double scale_value(W4Format format, int byte) {
 
 }  // namespace
 
-void fp4_linear_reference(W4Format format, std::int64_t m, std::int64_t n, std::int64_t k,
+void fp4_linear_reference(QuantScheme format, std::int64_t m, std::int64_t n, std::int64_t k,
                           const float* x, const std::uint8_t* codes, const std::uint8_t* scales,
                           float alpha, const float* bias, float* out) {
-  const int sfv = format == W4Format::kNVFP4 ? 16 : 32;
+  const int sfv = format == QuantScheme::kNVFP4 ? 16 : 32;
   MOEKIT_CHECK_ARG(m >= 0, "m", ">= 0", m);
   MOEKIT_CHECK_ARG(n > 0, "n", "> 0", n);
   MOEKIT_CHECK_ARG(k > 0 && k % sfv == 0, "k", "a positive multiple of " + std::to_string(sfv), k);

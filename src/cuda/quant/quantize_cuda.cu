@@ -11,6 +11,8 @@
 #include <cstring>
 
 #include "cuda/quant/quantize_cuda.hpp"
+#include "core/env_switch.hpp"
+#include "cuda/tuning/sm90_tuning.hpp"
 #include "cuda/quant/quantize_dispatch.cuh"
 #include "cuda/quant/quantize_fp4_rows.cuh"
 #include "cuda/quant/quantize_launch.cuh"
@@ -58,18 +60,6 @@ void launch_fp4_rows_kernel(const QuantArgs& a, float* row_scale_out, bool rever
   MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
-// The row-group width: by K (fp4_rows_use_224), or forced with MOEKIT_QUANT_FP4_ROWS_THREADS=256|224
-// (benchmarks and tests compare the two; any other value: by K).
-int fp4_rows_threads_override() {
-  static const int v = [] {
-    const char* e = std::getenv("MOEKIT_QUANT_FP4_ROWS_THREADS");
-    if (e != nullptr && std::strcmp(e, "256") == 0) return 256;
-    if (e != nullptr && std::strcmp(e, "224") == 0) return 224;
-    return 0;
-  }();
-  return v;
-}
-
 // reverse_rows: visit the rows last to first (after a pass over the input: its last rows are the
 // ones still in L2).
 template <Kind kKind, bool kPerToken, typename T>
@@ -89,43 +79,32 @@ void launch_fp4_rows(const QuantArgs& a, float* row_scale_out, bool reverse_rows
     launch_fp4_rows_kernel<Cfg, kKind, kPerToken, false, T>(a, row_scale_out, reverse_rows, sms,
                                                            stream);
   };
-  const int forced = fp4_rows_threads_override();
-  if (forced == 224 || (forced == 0 && quant_detail::fp4_rows_use_224(a.k / 16)))
+  if (tuning::sm90::fp4_quantize_rows_224(a.k / 16))
     launch(quant_detail::TypeTag<quant_detail::Fp4RowsGroups224>{});
   else
     launch(quant_detail::TypeTag<Fp4RowsGroups>{});
 }
 
-// The process-wide FP4 kernel choice, first read from MOEKIT_QUANT_FP4_KERNEL (auto | rows |
-// chunks; benchmarks compare the kernels in one run with it), settable by tests.
+// The process-wide FP4 kernel choice: the tuning rule (kAuto), or forced by tests
+// (set_fp4_quantize_kernel) or MOEKIT_QUANT_FP4_KERNEL=auto | rows | chunks (benchmarks compare
+// the kernels in one run with it; read on first use).
 std::atomic<int>& fp4_kernel_choice() {
   static std::atomic<int> choice{[] {
-    const char* v = std::getenv("MOEKIT_QUANT_FP4_KERNEL");
-    if (v == nullptr || std::strcmp(v, "auto") == 0) return static_cast<int>(Fp4QuantizeKernel::kAuto);
-    if (std::strcmp(v, "rows") == 0) return static_cast<int>(Fp4QuantizeKernel::kRows);
-    MOEKIT_CHECK(std::strcmp(v, "chunks") == 0,
-                 "MOEKIT_QUANT_FP4_KERNEL: expected auto, rows or chunks, got '", v, "'");
-    return static_cast<int>(Fp4QuantizeKernel::kChunks);
+    const auto v = env::choice("MOEKIT_QUANT_FP4_KERNEL", {"auto", "rows", "chunks"});
+    if (!v || *v == "auto") return static_cast<int>(Fp4QuantizeKernel::kAuto);
+    return static_cast<int>(*v == "rows" ? Fp4QuantizeKernel::kRows : Fp4QuantizeKernel::kChunks);
   }()};
   return choice;
 }
 
-// kAuto: the row-group kernel where it was measured faster than the chunk / row kernels (H200,
-// bf16 [M, 7168], 132 SMs x 4 = 528 row groups; both forced in one run:
-// bench/results/kernels_20261201c_quant_fp4_rows_vs_chunks.json): from one row per group for
-// per-token NVFP4 (M = 264: 6.2 vs 5.4 us, 528: 6.3 vs 7.3) and MXFP4 (264: 6.8 vs 6.2, 528: 6.7
-// vs 7.6) and NVFP4 with a computed gs (264: 13.2 vs 11.9, 528: 14.4 vs 14.6, 1024: 18.5 vs 19.0),
-// from half a row per group for NVFP4 with a static gs (128: 6.3 vs 4.1, 264: 6.9 vs 7.2, 528: 7.2
-// vs 9.0). Fewer rows leave the persistent CTAs with too little work to pay for their tables and
-// tail.
 bool use_fp4_rows_kernel(QuantScheme scheme, bool static_gs, std::int64_t rows, int sms) {
   switch (static_cast<Fp4QuantizeKernel>(fp4_kernel_choice().load())) {
     case Fp4QuantizeKernel::kRows: return true;
     case Fp4QuantizeKernel::kChunks: return false;
     case Fp4QuantizeKernel::kAuto: break;
   }
-  const std::int64_t groups = static_cast<std::int64_t>(sms) * Fp4RowsGroups::kGroups;
-  return scheme == QuantScheme::kNVFP4 && static_gs ? 2 * rows >= groups : rows >= groups;
+  return tuning::sm90::fp4_quantize_rows_kernel(scheme == QuantScheme::kNVFP4, static_gs, rows,
+                                                sms, Fp4RowsGroups::kGroups);
 }
 
 // NVFP4 (static or computed per-tensor gs, or per-token), MXFP4 of a 2-byte input with 16-byte

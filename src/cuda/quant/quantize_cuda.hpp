@@ -14,8 +14,7 @@ void dequantize(const QuantizedView& q, const TensorView& out, StreamHandle stre
 // FP4 row-group kernel (quantize_fp4_rows.cuh), the chunk / row kernels (quantize_kernels.cuh), or
 // by size (kAuto, the default). Both give the same bytes. Process-wide; the environment variable
 // MOEKIT_QUANT_FP4_KERNEL=auto|rows|chunks sets the initial value (benchmarks); tests set it to
-// check both kernels. MOEKIT_QUANT_FP4_ROWS_THREADS=256|224 forces the row-group kernel's group
-// width (default by K; benchmarks and the device test runs compare both).
+// check both kernels. The row-group kernel's group width follows K (tuning/sm90_tuning.hpp).
 enum class Fp4QuantizeKernel { kAuto, kRows, kChunks };
 void set_fp4_quantize_kernel(Fp4QuantizeKernel kernel);
 

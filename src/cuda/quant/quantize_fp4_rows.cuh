@@ -61,19 +61,13 @@ struct Fp4RowsConfig {
 };
 // 4 groups of 256 threads x 2 row buffers (~193 KB of shared memory, 1024 threads, 2 units per
 // thread), one CTA per SM: up to 8 rows (~115 KB at K = 7168) in flight per SM. Measured against
-// the alternatives (H200, bf16 [M, 7168], docs/kernels/quant_routing.md "v6"): 128-thread groups
+// the alternatives (H200, bf16 [M, 7168], docs/kernels/quant_routing.md "Quantize"): 128-thread groups
 // (4 units per thread, 16 warps per SM) and half-row items for 8 groups of 128 threads were
 // slower once the pair table's bank conflicts were gone; before that, 6 groups with the row in
 // registers were within +-3% and a whole CTA of 512 threads per row 15-35% slower.
 using Fp4RowsGroups = Fp4RowsConfig<256, 4, 2, 1>;
-// For rows of 385..448 units (6144 < K <= 7168): 224 threads per group, so that every warp
-// encodes exactly 2 units at K = 7168 instead of warps 6-7 of a 256-thread group one (they idle
-// at the group's barriers); per-token NVFP4, H200 M = 4682: 31.4 vs 33.2 us.
+// 224 threads per group: for rows of 385..448 units (the rule: tuning::sm90::fp4_quantize_rows_224).
 using Fp4RowsGroups224 = Fp4RowsConfig<224, 4, 2, 1>;
-// Which of the two a row of `units` units runs on.
-__host__ __device__ constexpr bool fp4_rows_use_224(std::int64_t units) {
-  return units > 384 && units <= 448;
-}
 
 // Whether this kernel handles a row of K elements (K % 16 == 0: FP4 schemes guarantee it).
 __host__ __device__ constexpr bool fp4_rows_kernel_fits(std::int64_t k) {

@@ -1,5 +1,5 @@
-// The bf16 grouped GEMM's decode config (GroupedGemmConfig::kDecode) against a float64 reference
-// and against the CUTLASS narrow config on the same inputs.
+// The bf16 grouped GEMM's decode kernel (GemmKernel::kDecode) against a float64 reference and
+// against the CUTLASS narrow kernel on the same inputs.
 //
 // Bound, per element (inputs are bf16, so every product is exact in fp32 and the kernel's only
 // errors are its fp32 summation and the final bf16 rounding):
@@ -20,14 +20,29 @@
 #include "cuda/gemm_bf16fp8/gemm_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/tuning/sm90_tuning.hpp"
 
 namespace moekit {
 namespace {
 
 using gemm::GroupedGemmArgs;
-using gemm::GroupedGemmConfig;
-using gemm::GroupedGemmType;
+using gemm::GemmScheme;
+
+// The decode kernel's config for E experts and `rows` rows (the rules' 8 / 16 tokens per unit), on
+// the TMA weight ring or the register ring.
+gemm::GemmConfig decode_config(int experts, std::int64_t rows, bool tma = true) {
+  gemm::GemmConfig c = tuning::sm90::gemm_config_for(GemmScheme::kBF16, gemm::GemmKernel::kDecode,
+                                                     experts, rows, 128, 128, false, true);
+  c.decode_tma = tma;
+  return c;
+}
+
+gemm::GemmConfig kernel_config(gemm::GemmKernel kernel) {
+  gemm::GemmConfig c;
+  c.kernel = kernel;
+  return c;
+}
 using namespace gemm_test;
 
 constexpr std::uint16_t kPoison = 0xffff;  // bf16 NaN
@@ -102,27 +117,27 @@ struct Problem {
   }
 
   // D bits [rows, ldd] of one launch (poisoned first).
-  std::vector<std::uint16_t> run(GroupedGemmConfig config, bool overlap_previous = false) {
+  std::vector<std::uint16_t> run(const gemm::GemmConfig& config, bool overlap_previous = false) {
     DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * ldd);
     EXPECT_EQ(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * ldd * 2), cudaSuccess);
-    const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, experts);
+    const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, experts);
     DeviceArray<std::uint8_t> d_ws(ws);
     GroupedGemmArgs args;
+    args.scheme = GemmScheme::kBF16;
     args.num_experts = experts;
     args.n = s.n;
     args.k = s.k;
-    args.max_rows = rows;
+    args.rows = rows;
     args.lda = lda;
-    args.ldd = ldd;
+    args.ldo = ldd;
     args.expert_offsets = d_off.get();
     args.a = d_a.get();
-    args.b = d_b.get();
-    args.d = d.get();
+    args.w = d_b.get();
+    args.out = d.get();
     args.workspace = d_ws.get();
     args.workspace_bytes = ws;
-    args.config = config;
     args.overlap_previous = overlap_previous;
-    gemm::grouped_gemm(GroupedGemmType::kBF16, args);
+    gemm::grouped_gemm(args, config);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return d.download();
   }
@@ -168,22 +183,18 @@ void check_shape(const DecodeShape& shape) {
                                     << " k " << shape.k << " E " << shape.counts.size());
   Problem p(shape, seed);
   std::vector<std::uint16_t> decode;
-  {
-    test::ScopedEnv tma("MOEKIT_BF16_DECODE_TMA", "1");
-    decode = p.run(GroupedGemmConfig::kDecode);
-    p.check(decode);
-    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode) == decode) << "repeated run differs";
-    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode, true) == decode) << "PDL launch differs";
-  }
-  {
-    // The register ring (Bf16CodecT) puts the same weight bits into the same fragments as the
-    // TMA ring (Bf16TmaCodecT): the same output bits.
-    test::ScopedEnv ldg("MOEKIT_BF16_DECODE_TMA", "0");
-    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode) == decode) << "register ring differs";
-    EXPECT_TRUE(p.run(GroupedGemmConfig::kDecode, true) == decode) << "register ring PDL differs";
-  }
+  const int e = static_cast<int>(shape.counts.size());
+  decode = p.run(decode_config(e, p.rows));
+  p.check(decode);
+  EXPECT_TRUE(p.run(decode_config(e, p.rows)) == decode) << "repeated run differs";
+  EXPECT_TRUE(p.run(decode_config(e, p.rows), true) == decode) << "PDL launch differs";
+  // The register ring (Bf16CodecT) puts the same weight bits into the same fragments as the TMA
+  // ring (Bf16TmaCodecT): the same output bits.
+  EXPECT_TRUE(p.run(decode_config(e, p.rows, false)) == decode) << "register ring differs";
+  EXPECT_TRUE(p.run(decode_config(e, p.rows, false), true) == decode)
+      << "register ring PDL differs";
   if (p.used == 0) return;
-  const auto narrow = p.run(GroupedGemmConfig::kNarrow);
+  const auto narrow = p.run(kernel_config(gemm::GemmKernel::kCutlassNarrow));
   int outside = 0;
   std::vector<double> dv, nv;
   for (int r = 0; r < p.used; ++r)
@@ -201,7 +212,7 @@ void check_shape(const DecodeShape& shape) {
 class Bf16DecodeGemm : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!gemm::grouped_gemm_available(GroupedGemmType::kBF16))
+    if (!gemm::grouped_gemm_available(GemmScheme::kBF16, gemm::GemmKernel::kCutlassNarrow))
       GTEST_SKIP() << "built without CUTLASS";
   }
 };
@@ -248,20 +259,6 @@ TEST_F(Bf16DecodeGemm, ManyUnitsPerCta) {
   check_shape({{3, 8, 1, 0, 6, 2, 8, 4}, 2048, 512});
 }
 
-// MOEKIT_BF16_DECODE_TMA takes 0 or 1; anything else is an error naming the variable.
-TEST_F(Bf16DecodeGemm, TmaSwitchRefusesOtherValues) {
-  MOEKIT_REQUIRE_GPU();
-  Problem p({{1, 2}, 64, 128}, test_seed());
-  test::ScopedEnv bad("MOEKIT_BF16_DECODE_TMA", "yes");
-  try {
-    (void)p.run(GroupedGemmConfig::kDecode);
-    ADD_FAILURE() << "no error for MOEKIT_BF16_DECODE_TMA=yes";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_BF16_DECODE_TMA")) << e.what();
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("0 or 1")) << e.what();
-  }
-}
-
 // A layer-like shape (qwen3-235b-a22b GEMM1 at one token: 8 of 16 experts, N = 2I, K = H).
 TEST_F(Bf16DecodeGemm, LayerShape) {
   MOEKIT_REQUIRE_GPU();
@@ -280,14 +277,14 @@ TEST_F(Bf16DecodeGemm, PdlChainInGraphFollowsDeviceOffsets) {
   DeviceArray<std::uint16_t> d1(static_cast<std::size_t>(rows) * n1),
       d2(static_cast<std::size_t>(rows) * n2);
   GroupedGemmArgs a1;
-  a1.num_experts = E, a1.n = n1, a1.k = k1, a1.max_rows = rows;
-  a1.expert_offsets = g1.d_off.get(), a1.a = g1.d_a.get(), a1.b = g1.d_b.get(), a1.d = d1.get();
-  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
+  a1.scheme = GemmScheme::kBF16;
+  a1.num_experts = E, a1.n = n1, a1.k = k1, a1.rows = rows;
+  a1.expert_offsets = g1.d_off.get(), a1.a = g1.d_a.get(), a1.w = g1.d_b.get(), a1.out = d1.get();
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, E);
   DeviceArray<std::uint8_t> d_ws(ws);
   a1.workspace = d_ws.get(), a1.workspace_bytes = ws;
-  a1.config = GroupedGemmConfig::kDecode;
   GroupedGemmArgs a2 = a1;
-  a2.n = n2, a2.k = n1, a2.a = d1.get(), a2.b = g2.d_b.get(), a2.d = d2.get();
+  a2.n = n2, a2.k = n1, a2.a = d1.get(), a2.w = g2.d_b.get(), a2.out = d2.get();
   a2.overlap_previous = true;
   cudaStream_t stream;
   MOEKIT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -295,8 +292,8 @@ TEST_F(Bf16DecodeGemm, PdlChainInGraphFollowsDeviceOffsets) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   MOEKIT_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  gemm::grouped_gemm(GroupedGemmType::kBF16, a1);
-  gemm::grouped_gemm(GroupedGemmType::kBF16, a2);
+  gemm::grouped_gemm(a1, decode_config(E, rows));
+  gemm::grouped_gemm(a2, decode_config(E, rows));
   MOEKIT_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
   MOEKIT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (const auto& counts : {std::vector<int>{3, 0, 4, 5}, std::vector<int>{0, 12, 0, 0}}) {
@@ -323,30 +320,31 @@ TEST_F(Bf16DecodeGemm, PdlChainInGraphFollowsDeviceOffsets) {
   cudaStreamDestroy(stream);
 }
 
-TEST(Bf16DecodeGemmConfig, OnlyBuiltForBf16) {
-  EXPECT_TRUE(gemm::grouped_gemm_config_built(GroupedGemmType::kBF16, GroupedGemmConfig::kDecode));
-  EXPECT_FALSE(
-      gemm::grouped_gemm_config_built(GroupedGemmType::kFP8Block128, GroupedGemmConfig::kDecode));
+TEST(Bf16DecodeGemmConfig, OnlyBuiltForBf16AndW4A16) {
+  EXPECT_TRUE(gemm::gemm_kernel_runs(gemm::GemmKernel::kDecode, GemmScheme::kBF16));
+  EXPECT_TRUE(gemm::gemm_kernel_runs(gemm::GemmKernel::kDecode, GemmScheme::kW4A16MXFP4));
+  EXPECT_FALSE(gemm::gemm_kernel_runs(gemm::GemmKernel::kDecode, GemmScheme::kFP8Block));
+  EXPECT_FALSE(gemm::gemm_kernel_runs(gemm::GemmKernel::kDecode, GemmScheme::kW4A8MXFP4));
 }
 
 TEST_F(Bf16DecodeGemm, Fp8RefusesDecodeNamingTheConfig) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::uint8_t> buf(1 << 20);
   DeviceArray<std::int32_t> off(std::vector<std::int32_t>{0, 0});
-  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kFP8Block128, 1);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kFP8Block, 1);
   DeviceArray<std::uint8_t> d_ws(ws);
   GroupedGemmArgs a;
-  a.num_experts = 1, a.n = 128, a.k = 128, a.max_rows = 4;
-  a.expert_offsets = off.get(), a.a = buf.get(), a.b = buf.get(), a.d = buf.get();
+  a.scheme = GemmScheme::kFP8Block;
+  a.num_experts = 1, a.n = 128, a.k = 128, a.rows = 4;
+  a.expert_offsets = off.get(), a.a = buf.get(), a.w = buf.get(), a.out = buf.get();
   a.a_scales = reinterpret_cast<const float*>(buf.get());
-  a.b_scales = reinterpret_cast<const float*>(buf.get());
+  a.w_scales = buf.get();
   a.workspace = d_ws.get(), a.workspace_bytes = ws;
-  a.config = GroupedGemmConfig::kDecode;
   try {
-    gemm::grouped_gemm(GroupedGemmType::kFP8Block128, a);
-    ADD_FAILURE() << "no error for fp8 with the decode config";
+    gemm::grouped_gemm(a, kernel_config(gemm::GemmKernel::kDecode));
+    ADD_FAILURE() << "no error for fp8 with the decode kernel";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("config: expected")) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("config.kernel: expected")) << e.what();
     EXPECT_THAT(e.what(), ::testing::HasSubstr("decode")) << e.what();
   }
 }
@@ -382,32 +380,31 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
     DeviceArray<std::uint16_t> d_x(in.x_bits), d_w(in.w_bits);
     DeviceArray<float> d_bias(bias);
     DeviceArray<std::int32_t> d_off(off), d_ri(row_index);
-    const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
+    const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, E);
     DeviceArray<std::uint8_t> d_ws(ws);
     for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
       SCOPED_TRACE(std::string(activation_name(kind)));
-      const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
+      const gemm::GemmEpilogue act = test_gated_epilogue(kind, d_bias.get());
       const std::vector<double> ref =
           gated_grouped_reference(x, w, bias, off, row_index, N, K, kind == Activation::kSwigluOai,
                                   kTestSwigluAlpha, kTestSwigluLimit);
       std::vector<double> got;
       std::vector<std::uint16_t> first;
       // TMA ring (run, repeat, PDL), then the register ring (run, PDL): all the same bits.
-      for (const auto& [pdl, tma] : {std::pair{false, "1"}, std::pair{false, "1"},
-                                     std::pair{true, "1"}, std::pair{false, "0"},
-                                     std::pair{true, "0"}}) {
-        test::ScopedEnv ring("MOEKIT_BF16_DECODE_TMA", tma);
+      for (const auto& [pdl, tma] : {std::pair{false, true}, std::pair{false, true},
+                                     std::pair{true, true}, std::pair{false, false},
+                                     std::pair{true, false}}) {
         DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
         MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
         GroupedGemmArgs a;
-        a.num_experts = E, a.n = N, a.k = K, a.max_rows = rows;
-        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d.get();
+        a.scheme = GemmScheme::kBF16;
+        a.num_experts = E, a.n = N, a.k = K, a.rows = rows;
+        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.w = d_w.get(), a.out = d.get();
         a.row_index = d_ri.get();
-        a.gated = &act;
+        a.epilogue = act;
         a.workspace = d_ws.get(), a.workspace_bytes = ws;
-        a.config = GroupedGemmConfig::kDecode;
         a.overlap_previous = pdl;
-        gemm::grouped_gemm(GroupedGemmType::kBF16, a);
+        gemm::grouped_gemm(a, decode_config(E, rows, tma));
         MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
         const auto bits = d.download();
         if (first.empty()) {
@@ -419,55 +416,49 @@ TEST_F(Bf16DecodeGemm, GatedEpilogueWithRowIndexMatchesReference) {
           EXPECT_EQ(clobbered, 0);
         } else {
           EXPECT_TRUE(bits == first) << (pdl ? "PDL launch" : "repeated run") << " differs ("
-                                     << (*tma == '1' ? "TMA ring" : "register ring") << ")";
+                                     << (tma ? "TMA ring" : "register ring") << ")";
         }
       }
     }
   }
 }
 
-// row_index / gated: only with the decode config (an error naming the field and the config), and
-// the gated arguments themselves (N % 16, the kind, SwiGLU's limit) are validated, naming them.
+// row_index / a gated epilogue: only with the decode (or wgmma) kernel (an error naming the field
+// and the kernel), and the epilogue itself (N % 16, SwiGLU's limit) is validated, naming it.
 TEST_F(Bf16DecodeGemm, RowIndexAndGatedValidation) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::uint8_t> buf(1 << 20);
   DeviceArray<std::int32_t> off(std::vector<std::int32_t>{0, 4});
-  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, 1);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, 1);
   DeviceArray<std::uint8_t> d_ws(ws);
-  auto expect_error = [&](const GroupedGemmArgs& a, const std::vector<std::string>& parts) {
+  auto expect_error = [&](const GroupedGemmArgs& a, const gemm::GemmConfig& c,
+                          const std::vector<std::string>& parts) {
     try {
-      gemm::grouped_gemm(GroupedGemmType::kBF16, a);
+      gemm::grouped_gemm(a, c);
       ADD_FAILURE() << "no error for " << parts[0];
     } catch (const Error& e) {
       for (const auto& p : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(p));
     }
   };
   GroupedGemmArgs base;
-  base.num_experts = 1, base.n = 128, base.k = 128, base.max_rows = 4;
-  base.expert_offsets = off.get(), base.a = buf.get(), base.b = buf.get(), base.d = buf.get();
+  base.scheme = GemmScheme::kBF16;
+  base.num_experts = 1, base.n = 128, base.k = 128, base.rows = 4;
+  base.expert_offsets = off.get(), base.a = buf.get(), base.w = buf.get(), base.out = buf.get();
   base.workspace = d_ws.get(), base.workspace_bytes = ws;
-  gemm::GatedActivationArgs silu, gelu, bad_limit;
-  gelu.kind = Activation::kGeluErfAndMul;
-  bad_limit.kind = Activation::kSwigluOai;
-  bad_limit.swiglu_limit = 0.0f;
+  const gemm::GemmConfig narrow = kernel_config(gemm::GemmKernel::kCutlassNarrow);
 
   GroupedGemmArgs a = base;
-  a.config = GroupedGemmConfig::kNarrow;
   a.row_index = off.get();
-  expect_error(a, {"row_index: expected", "narrow"});
+  expect_error(a, narrow, {"row_index: expected", "cutlass_narrow"});
   a.row_index = nullptr;
-  a.gated = &silu;
-  expect_error(a, {"gated: expected", "narrow"});
-  a = base;
-  a.config = GroupedGemmConfig::kDecode;
-  a.gated = &silu;
+  a.epilogue.kind = gemm::EpilogueKind::kSiluAndMul;
+  expect_error(a, narrow, {"epilogue.kind: expected", "cutlass_narrow"});
   a.n = 136;  // 2I with I = 68: not whole 8-column gate tiles
-  expect_error(a, {"n: expected", "multiple of 16"});
+  expect_error(a, decode_config(1, 4), {"n: expected", "multiple of 16"});
   a.n = 128;
-  a.gated = &gelu;
-  expect_error(a, {"gated.kind: expected"});
-  a.gated = &bad_limit;
-  expect_error(a, {"gated.swiglu_limit: expected"});
+  a.epilogue.kind = gemm::EpilogueKind::kSwigluOai;
+  a.epilogue.swiglu_limit = 0.0f;
+  expect_error(a, decode_config(1, 4), {"epilogue.swiglu_limit: expected"});
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "moekit/activation/activation.hpp"
 
 namespace moekit::gemm_test {
 
@@ -158,13 +159,14 @@ inline GatedInputs random_gated_inputs(std::mt19937_64& rng, std::size_t x_rows,
 // The gated activation of the fused-GEMM1 tests: SiLU-and-mul, or SwiGLU-OAI with gpt-oss's alpha
 // and a small limit (both clamps bind for part of the outputs), with the device bias f32 [E, N].
 constexpr float kTestSwigluAlpha = 1.702f, kTestSwigluLimit = 1.5f;
-inline gemm::GatedActivationArgs test_gated_activation(Activation kind, const float* bias) {
-  gemm::GatedActivationArgs act;
-  act.kind = kind;
-  act.swiglu_alpha = kTestSwigluAlpha;
-  act.swiglu_limit = kTestSwigluLimit;
-  act.bias = bias;
-  return act;
+inline gemm::GemmEpilogue test_gated_epilogue(Activation kind, const float* bias) {
+  gemm::GemmEpilogue epi;
+  epi.kind = kind == Activation::kSwigluOai ? gemm::EpilogueKind::kSwigluOai
+                                            : gemm::EpilogueKind::kSiluAndMul;
+  epi.swiglu_alpha = kTestSwigluAlpha;
+  epi.swiglu_limit = kTestSwigluLimit;
+  epi.bias = bias;
+  return epi;
 }
 
 // GEMM1 with its gated activation in float64: for every row r of expert e (off), over columns c

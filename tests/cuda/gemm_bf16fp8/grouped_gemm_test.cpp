@@ -3,7 +3,9 @@
 // relative error; fp32 accumulation adds far less. Bound 5e-3 for both (the fp8 reference uses the
 // dequantized operands, so quantization error is not counted). Rows past expert_offsets[E] must
 // keep their poison; rows below must all be written (finite).
-#include "moekit/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+
+#include "cuda/tuning/sm90_tuning.hpp"
 
 #include <gmock/gmock.h>
 
@@ -19,7 +21,7 @@ namespace moekit {
 namespace {
 
 using gemm::GroupedGemmArgs;
-using gemm::GroupedGemmType;
+using gemm::GemmScheme;
 using namespace gemm_test;
 
 constexpr double kGemmBound = 5e-3;
@@ -56,12 +58,11 @@ void to_bf16_bytes(const std::vector<float>& values, std::vector<std::uint8_t>& 
 
 // Runs one grouped GEMM of type t and kernel config on random data and checks it; the output's
 // bits ([rows][ldd]) into *bits_out when given.
-void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Case& c,
+void run_case_config(GemmScheme t, const gemm::GemmConfig& config, const Case& c,
                      std::uint64_t seed, std::vector<std::uint16_t>* bits_out = nullptr) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " n " << c.n << " k " << c.k << " E "
-                                    << c.counts.size() << " config "
-                                    << gemm::grouped_gemm_config_name(config));
-  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+                                    << c.counts.size() << " config " << config.str());
+  const bool fp8 = t == GemmScheme::kFP8Block;
   const int E = static_cast<int>(c.counts.size());
   const auto off = offsets_of(c.counts);
   const int used = off[E];
@@ -82,16 +83,16 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   args.num_experts = E;
   args.n = c.n;
   args.k = c.k;
-  args.max_rows = rows;
+  args.rows = rows;
   args.lda = lda;
-  args.ldd = ldd;
+  args.ldo = ldd;
   args.expert_offsets = d_off.get();
-  args.d = d_out.get();
+  args.out = d_out.get();
   const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
   DeviceArray<std::uint8_t> d_ws(ws);
   args.workspace = d_ws.get();
   args.workspace_bytes = ws;
-  args.config = config;
+  args.scheme = t;
 
   if (!fp8) {
     std::vector<std::uint16_t> ha(a.size()), hb(b.size());
@@ -101,8 +102,8 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
         pad_rows(reinterpret_cast<const std::uint8_t*>(ha.data()), rows, c.k, c.lda_pad, 2));
     DeviceArray<std::uint16_t> db(hb);
     args.a = da.get();
-    args.b = db.get();
-    gemm::grouped_gemm(t, args);
+    args.w = db.get();
+    gemm::grouped_gemm(args, config);
     MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
     ref = grouped_reference(a, b, off, c.n, c.k);
   } else {
@@ -111,10 +112,10 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
     DeviceArray<std::uint8_t> da(pad_rows(qa.q.data(), rows, c.k, c.lda_pad, 1)), db(qb.q);
     DeviceArray<float> dsa(qa.scales), dsb(qb.scales);
     args.a = da.get();
-    args.b = db.get();
+    args.w = db.get();
     args.a_scales = dsa.get();
-    args.b_scales = dsb.get();
-    gemm::grouped_gemm(t, args);
+    args.w_scales = dsb.get();
+    gemm::grouped_gemm(args, config);
     MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
     ref = grouped_reference(qa.dequant, qb.dequant, off, c.n, c.k);
   }
@@ -142,19 +143,42 @@ void run_case_config(GroupedGemmType t, gemm::GroupedGemmConfig config, const Ca
   if (bits_out != nullptr) *bits_out = out_bits;
 }
 
-// Every kernel config built for the type on the same case.
-void run_case(GroupedGemmType t, const Case& c, std::uint64_t seed) {
-  using gemm::GroupedGemmConfig;
-  for (auto config :
-       {GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow, GroupedGemmConfig::kSwapWide,
-        GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma})
-    if (gemm::grouped_gemm_config_built(t, config)) run_case_config(t, config, c, seed);
+// The config of `kernel` for a case: the tuning rules' choice of its tile / variant.
+gemm::GemmConfig config_for(GemmScheme t, gemm::GemmKernel kernel, const Case& c) {
+  const int e = static_cast<int>(c.counts.size());
+  const int rows = offsets_of(c.counts)[e] + c.extra_rows;
+  return tuning::sm90::gemm_config_for(t, kernel, e, rows, c.n, c.k, false, true);
 }
 
-class GroupedGemm : public ::testing::TestWithParam<GroupedGemmType> {
+// A wgmma config on the given tile.
+gemm::GemmConfig wgmma_config(gemm::WgmmaTile tile) {
+  gemm::GemmConfig config;
+  config.kernel = gemm::GemmKernel::kWgmma;
+  config.wgmma_tile = tile;
+  return config;
+}
+
+// The wgmma tiles of a scheme (160r256: bf16 only).
+std::vector<gemm::WgmmaTile> wgmma_tiles(GemmScheme t) {
+  std::vector<gemm::WgmmaTile> v = {gemm::WgmmaTile::k128n, gemm::WgmmaTile::k144n,
+                                    gemm::WgmmaTile::k160};
+  if (t == GemmScheme::kBF16) v.push_back(gemm::WgmmaTile::k160r256);
+  return v;
+}
+
+// Every kernel that runs the scheme on the same case.
+void run_case(GemmScheme t, const Case& c, std::uint64_t seed) {
+  for (auto kernel : {gemm::GemmKernel::kCutlassWide, gemm::GemmKernel::kCutlassNarrow,
+                      gemm::GemmKernel::kCutlassSwapWide, gemm::GemmKernel::kDecode,
+                      gemm::GemmKernel::kWgmma})
+    if (gemm::gemm_kernel_runs(kernel, t)) run_case_config(t, config_for(t, kernel, c), c, seed);
+}
+
+class GroupedGemm : public ::testing::TestWithParam<GemmScheme> {
  protected:
   void SetUp() override {
-    if (!gemm::grouped_gemm_available(GetParam())) GTEST_SKIP() << "built without CUTLASS";
+    if (!gemm::grouped_gemm_available(GetParam(), gemm::GemmKernel::kCutlassWide))
+      GTEST_SKIP() << "built without CUTLASS";
   }
 };
 
@@ -198,26 +222,20 @@ TEST_P(GroupedGemm, MultiTileGrid) {
   run_case(GetParam(), {{300, 257, 511, 140}, 1024, 1024, 0}, test_seed());
 }
 
-using test::ScopedEnv;
-constexpr const char* kWgmmaTileEnv = "MOEKIT_WGMMA_GEMM_TILE";
-
-// Every tile of the wgmma config: experts of 0, 1, 31 (a narrow tail), 33, 145 (144 + 1), 160,
+// Every tile of the wgmma kernel: experts of 0, 1, 31 (a narrow tail), 33, 145 (144 + 1), 160,
 // 161, 300 rows; N = 264 (N % 16 == 8: row g + 8 of the last 16-row tile past N; a partial CTA
 // tile of 128 and 256 weight rows); strided A and D. bf16 also with a K tail (K = 200: the last
 // 64-wide stage is partly out of bounds, zeros).
 TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
   MOEKIT_REQUIRE_GPU();
   const auto t = GetParam();
-  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const bool fp8 = t == GemmScheme::kFP8Block;
   const std::uint64_t seed = test_seed();
-  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
-    if (fp8 && std::string(tile) == "160r256") continue;
-    SCOPED_TRACE(tile);
-    ScopedEnv scoped(kWgmmaTileEnv, tile);
-    run_case_config(t, gemm::GroupedGemmConfig::kWgmma,
+  for (const gemm::WgmmaTile tile : wgmma_tiles(t)) {
+    SCOPED_TRACE(gemm::wgmma_tile_name(tile));
+    run_case_config(t, wgmma_config(tile),
                     {{0, 1, 31, 33, 145, 160, 161, 300}, 264, 384, 5, 128, 16}, seed);
-    if (!fp8)
-      run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{7, 0, 150, 33}, 128, 200, 0}, seed);
+    if (!fp8) run_case_config(t, wgmma_config(tile), {{7, 0, 150, 33}, 128, 200, 0}, seed);
   }
 }
 
@@ -225,70 +243,50 @@ TEST_P(GroupedGemm, WgmmaEveryTileAcrossRowCounts) {
 // that holds its rows): experts whose last unit falls on each side of every class edge, on every
 // tile, over several CTA rounds (N 1024: 8 or 4 weight-row tiles per expert), a bf16 K tail.
 // Against float64 (run_case_config), and the same bits as every unit on the whole tile
-// (MOEKIT_WGMMA_TOKEN_CLASSES=0: columns are independent dot products, the class only drops the
-// ones past the expert's rows). A value other than 0 / 1 is an error naming the variable.
+// (GemmConfig::token_classes false: columns are independent dot products, the class only drops the
+// ones past the expert's rows).
 TEST_P(GroupedGemm, WgmmaTokenClassesKeepTheBits) {
   MOEKIT_REQUIRE_GPU();
   const auto t = GetParam();
-  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const bool fp8 = t == GemmScheme::kFP8Block;
   const std::uint64_t seed = test_seed();
   const std::vector<int> counts = {1,  32, 33,  63,  64,  65,  95,  97,  112, 113,
                                    127, 128, 129, 143, 145, 159, 160, 0,   193, 305};
   const Case c{counts, 1024, fp8 ? 256 : 200, 3};
-  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
-    if (fp8 && std::string(tile) == "160r256") continue;
-    SCOPED_TRACE(tile);
-    ScopedEnv scoped(kWgmmaTileEnv, tile);
+  for (const gemm::WgmmaTile tile : wgmma_tiles(t)) {
+    SCOPED_TRACE(gemm::wgmma_tile_name(tile));
     std::vector<std::uint16_t> bits[2];
     for (int classes = 0; classes < 2; ++classes) {
-      ScopedEnv scoped_classes("MOEKIT_WGMMA_TOKEN_CLASSES", classes ? "1" : "0");
-      run_case_config(t, gemm::GroupedGemmConfig::kWgmma, c, seed, &bits[classes]);
+      gemm::GemmConfig config = wgmma_config(tile);
+      config.token_classes = classes != 0;
+      run_case_config(t, config, c, seed, &bits[classes]);
     }
     EXPECT_TRUE(bits[0] == bits[1]) << "token classes change the bits";
   }
-  ScopedEnv bad("MOEKIT_WGMMA_TOKEN_CLASSES", "on");
-  try {
-    run_case_config(t, gemm::GroupedGemmConfig::kWgmma, {{4}, 128, 256, 0}, seed);
-    ADD_FAILURE() << "no error for MOEKIT_WGMMA_TOKEN_CLASSES=on";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_WGMMA_TOKEN_CLASSES: expected 0 or 1"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("on"));
-  }
 }
 
-// The fp8 wgmma issue order (the warpgroups' stages in turn, the default, or in step with
-// MOEKIT_WGMMA_FP8_IN_TURN=0) moves only when each warpgroup's MMAs start: the same bits either
-// way, on every fp8 tile, with more units than SMs (each CTA carries the order across its units,
-// narrow tails and empty experts among them; 16 weight-row tiles at N 2048) and with a one-stage K.
-// The fp8 stages also wait on their scale barrier (the scale warp's arrivals), on every tile.
+// The fp8 wgmma issue order (the warpgroups' stages in turn, the default, or in step) moves only
+// when each warpgroup's MMAs start: the same bits either way, on every fp8 tile, with more units
+// than SMs (each CTA carries the order across its units, narrow tails and empty experts among
+// them; 16 weight-row tiles at N 2048) and with a one-stage K. The fp8 stages also wait on their
+// scale barrier (the scale warp's arrivals), on every tile.
 TEST(WgmmaGroupedGemm, Fp8IssueOrderKeepsTheBits) {
   MOEKIT_REQUIRE_GPU();
-  if (!gemm::grouped_gemm_available(GroupedGemmType::kFP8Block128))
+  if (!gemm::grouped_gemm_available(GemmScheme::kFP8Block, gemm::GemmKernel::kCutlassWide))
     GTEST_SKIP() << "built without CUTLASS";
   const std::uint64_t seed = test_seed();
   const std::vector<int> counts = {0, 1, 31, 300, 161, 145, 33, 420, 160};
-  for (const char* tile : {"128n", "144n", "160"}) {
-    SCOPED_TRACE(tile);
-    ScopedEnv scoped_tile(kWgmmaTileEnv, tile);
+  for (const gemm::WgmmaTile tile : wgmma_tiles(GemmScheme::kFP8Block)) {
+    SCOPED_TRACE(gemm::wgmma_tile_name(tile));
     for (const Case& c : {Case{counts, 2048, 256, 3}, Case{counts, 1024, 128, 0}}) {
       std::vector<std::uint16_t> bits[2];
       for (int in_turn = 0; in_turn < 2; ++in_turn) {
-        ScopedEnv scoped_order("MOEKIT_WGMMA_FP8_IN_TURN", in_turn ? "1" : "0");
-        run_case_config(GroupedGemmType::kFP8Block128, gemm::GroupedGemmConfig::kWgmma, c, seed,
-                        &bits[in_turn]);
+        gemm::GemmConfig config = wgmma_config(tile);
+        config.fp8_in_turn = in_turn != 0;
+        run_case_config(GemmScheme::kFP8Block, config, c, seed, &bits[in_turn]);
       }
       EXPECT_TRUE(bits[0] == bits[1]) << "in turn and in step differ, k " << c.k;
     }
-  }
-  // A value other than 0 / 1 is an error naming the variable, the expected and the actual value.
-  ScopedEnv bad("MOEKIT_WGMMA_FP8_IN_TURN", "yes");
-  try {
-    run_case_config(GroupedGemmType::kFP8Block128, gemm::GroupedGemmConfig::kWgmma,
-                    {{4}, 128, 128, 0}, seed);
-    ADD_FAILURE() << "no error for MOEKIT_WGMMA_FP8_IN_TURN=yes";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_WGMMA_FP8_IN_TURN: expected 0 or 1"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("yes"));
   }
 }
 
@@ -311,28 +309,27 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
   DeviceArray<std::uint16_t> d_x(in.x_bits), d_w(in.w_bits);
   DeviceArray<float> d_bias(bias);
   DeviceArray<std::int32_t> d_off(off);
-  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kBF16, E);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, E);
   DeviceArray<std::uint8_t> d_ws(ws);
   for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
     SCOPED_TRACE(std::string(activation_name(kind)));
-    const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
+    const gemm::GemmEpilogue act = test_gated_epilogue(kind, d_bias.get());
     const std::vector<double> ref =
         gated_grouped_reference(x, w, bias, off, {}, N, K, kind == Activation::kSwigluOai,
                                 kTestSwigluAlpha, kTestSwigluLimit);
-    for (const char* tile : {"128n", "144n", "160", "160r256"}) {
-      SCOPED_TRACE(tile);
-      ScopedEnv scoped(kWgmmaTileEnv, tile);
+    for (const gemm::WgmmaTile tile : wgmma_tiles(GemmScheme::kBF16)) {
+      SCOPED_TRACE(gemm::wgmma_tile_name(tile));
       std::vector<std::uint16_t> first;
       for (int run = 0; run < 2; ++run) {
         DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * I);
         MOEKIT_TEST_CUDA(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * I * 2));
         GroupedGemmArgs a;
-        a.num_experts = E, a.n = N, a.k = K, a.max_rows = rows;
-        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d.get();
-        a.gated = &act;
+        a.scheme = GemmScheme::kBF16;
+        a.num_experts = E, a.n = N, a.k = K, a.rows = rows;
+        a.expert_offsets = d_off.get(), a.a = d_x.get(), a.w = d_w.get(), a.out = d.get();
+        a.epilogue = act;
         a.workspace = d_ws.get(), a.workspace_bytes = ws;
-        a.config = gemm::GroupedGemmConfig::kWgmma;
-        gemm::grouped_gemm(GroupedGemmType::kBF16, a);
+        gemm::grouped_gemm(a, wgmma_config(tile));
         MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
         const auto bits = d.download();
         if (run == 0) {
@@ -352,21 +349,20 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
   }
   // fp8 has no gated epilogue: an error naming the argument and the config.
   GroupedGemmArgs a;
-  a.num_experts = E, a.n = N, a.k = 384, a.max_rows = rows;
-  a.expert_offsets = d_off.get(), a.a = d_x.get(), a.b = d_w.get(), a.d = d_x.get();
-  a.a_scales = d_bias.get(), a.b_scales = d_bias.get();
-  gemm::GatedActivationArgs act;
-  a.gated = &act;
-  const std::size_t ws8 = gemm::grouped_gemm_workspace_bytes(GroupedGemmType::kFP8Block128, E);
+  a.scheme = GemmScheme::kFP8Block;
+  a.num_experts = E, a.n = N, a.k = 384, a.rows = rows;
+  a.expert_offsets = d_off.get(), a.a = d_x.get(), a.w = d_w.get(), a.out = d_x.get();
+  a.a_scales = d_bias.get(), a.w_scales = d_bias.get();
+  a.epilogue.kind = gemm::EpilogueKind::kSiluAndMul;
+  const std::size_t ws8 = gemm::grouped_gemm_workspace_bytes(GemmScheme::kFP8Block, E);
   DeviceArray<std::uint8_t> d_ws8(ws8);
   a.workspace = d_ws8.get(), a.workspace_bytes = ws8;
-  a.config = gemm::GroupedGemmConfig::kWgmma;
   try {
-    gemm::grouped_gemm(GroupedGemmType::kFP8Block128, a);
+    gemm::grouped_gemm(a, wgmma_config(gemm::WgmmaTile::k160));
     ADD_FAILURE() << "no error for gated fp8";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("gated: expected"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("fp8_block wgmma"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("epilogue.kind: expected none unless"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("fp8_block, wgmma"));
   }
 }
 
@@ -380,7 +376,7 @@ TEST(WgmmaGroupedGemm, GatedEpilogueMatchesReference) {
 TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
   MOEKIT_REQUIRE_GPU();
   const auto t = GetParam();
-  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const bool fp8 = t == GemmScheme::kFP8Block;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const std::vector<int> counts = {0, 1, 31, 33, 145, 160, 161, 300, 64};
@@ -428,22 +424,23 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
 
   // One launch of the wgmma config (n columns; gated: act); returns D's bits [rows][n or n / 2].
   auto launch = [&](const void* b, const float* b_scales, int n, bool indexed,
-                    const gemm::GatedActivationArgs* act) -> std::vector<std::uint16_t> {
+                    const gemm::GemmEpilogue* act,
+                    gemm::WgmmaTile tile) -> std::vector<std::uint16_t> {
     const int out_cols = act != nullptr ? n / 2 : n;
     DeviceArray<std::uint16_t> d(static_cast<std::size_t>(rows) * out_cols);
     EXPECT_EQ(cudaMemset(d.get(), 0xff, static_cast<std::size_t>(rows) * out_cols * 2),
               cudaSuccess);
     GroupedGemmArgs a;
-    a.num_experts = E, a.n = n, a.k = K, a.max_rows = rows;
-    a.expert_offsets = d_off.get(), a.b = b, a.d = d.get(), a.b_scales = b_scales;
+    a.scheme = t;
+    a.num_experts = E, a.n = n, a.k = K, a.rows = rows;
+    a.expert_offsets = d_off.get(), a.w = b, a.out = d.get(), a.w_scales = b_scales;
     a.a = indexed ? static_cast<const void*>(d_src.get()) : d_gathered.get();
     a.lda = indexed ? lda : K;
     a.row_index = indexed ? d_index.get() : nullptr;
     if (fp8) a.a_scales = indexed ? d_src_scales.get() : d_gathered_scales.get();
-    a.gated = act;
+    if (act != nullptr) a.epilogue = *act;
     a.workspace = d_ws.get(), a.workspace_bytes = ws;
-    a.config = gemm::GroupedGemmConfig::kWgmma;
-    gemm::grouped_gemm(t, a);
+    gemm::grouped_gemm(a, wgmma_config(tile));
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return d.download();
   };
@@ -471,12 +468,10 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
   DeviceArray<std::uint8_t> d_w(w_bytes);
   DeviceArray<float> d_w_scales(w_scales);
   const std::vector<double> ref = grouped_reference(gathered_vals, w_vals, off, n, K);
-  for (const char* tile : {"128n", "144n", "160", "160r256"}) {
-    if (fp8 && std::string(tile) == "160r256") continue;
-    SCOPED_TRACE(tile);
-    ScopedEnv scoped(kWgmmaTileEnv, tile);
-    const auto gathered = launch(d_w.get(), d_w_scales.get(), n, false, nullptr);
-    const auto indexed = launch(d_w.get(), d_w_scales.get(), n, true, nullptr);
+  for (const gemm::WgmmaTile tile : wgmma_tiles(t)) {
+    SCOPED_TRACE(gemm::wgmma_tile_name(tile));
+    const auto gathered = launch(d_w.get(), d_w_scales.get(), n, false, nullptr, tile);
+    const auto indexed = launch(d_w.get(), d_w_scales.get(), n, true, nullptr, tile);
     EXPECT_TRUE(indexed == gathered) << "row_index differs from the gathered rows";
     std::vector<double> got;
     for (std::size_t i = 0; i < ref.size(); ++i) got.push_back(bf16_to_float(indexed[i]));
@@ -492,34 +487,36 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
     DeviceArray<float> d_bias(gin.bias);
     for (const Activation kind : {Activation::kSiluAndMul, Activation::kSwigluOai}) {
       SCOPED_TRACE(std::string(activation_name(kind)));
-      const gemm::GatedActivationArgs act = test_gated_activation(kind, d_bias.get());
-      for (const char* tile : {"128n", "160", "160r256"}) {
-        SCOPED_TRACE(tile);
-        ScopedEnv scoped(kWgmmaTileEnv, tile);
-        const auto gathered = launch(d_gw.get(), nullptr, gn, false, &act);
-        const auto indexed = launch(d_gw.get(), nullptr, gn, true, &act);
+      const gemm::GemmEpilogue act = test_gated_epilogue(kind, d_bias.get());
+      for (const gemm::WgmmaTile tile :
+           {gemm::WgmmaTile::k128n, gemm::WgmmaTile::k160, gemm::WgmmaTile::k160r256}) {
+        SCOPED_TRACE(gemm::wgmma_tile_name(tile));
+        const auto gathered = launch(d_gw.get(), nullptr, gn, false, &act, tile);
+        const auto indexed = launch(d_gw.get(), nullptr, gn, true, &act, tile);
         EXPECT_TRUE(indexed == gathered) << "gated: row_index differs from the gathered rows";
         check_poison(indexed, gn / 2);
       }
     }
   }
 
-  // A CUTLASS config refuses the row index, naming it and the config.
-  if (gemm::grouped_gemm_config_built(t, gemm::GroupedGemmConfig::kNarrow)) {
+  // A CUTLASS kernel refuses the row index, naming it and the kernel.
+  {
     GroupedGemmArgs a;
-    a.num_experts = E, a.n = n, a.k = K, a.max_rows = rows;
-    a.expert_offsets = d_off.get(), a.a = d_src.get(), a.lda = lda, a.b = d_w.get();
-    a.d = d_gathered.get(), a.a_scales = d_src_scales.get(), a.b_scales = d_w_scales.get();
+    a.scheme = t;
+    a.num_experts = E, a.n = n, a.k = K, a.rows = rows;
+    a.expert_offsets = d_off.get(), a.a = d_src.get(), a.lda = lda, a.w = d_w.get();
+    a.out = d_gathered.get(), a.a_scales = d_src_scales.get(), a.w_scales = d_w_scales.get();
     a.row_index = d_index.get();
     a.workspace = d_ws.get(), a.workspace_bytes = ws;
-    a.config = gemm::GroupedGemmConfig::kNarrow;
+    gemm::GemmConfig narrow;
+    narrow.kernel = gemm::GemmKernel::kCutlassNarrow;
     try {
-      gemm::grouped_gemm(t, a);
-      ADD_FAILURE() << "no error for row_index with the narrow config";
+      gemm::grouped_gemm(a, narrow);
+      ADD_FAILURE() << "no error for row_index with the narrow kernel";
     } catch (const Error& e) {
-      EXPECT_THAT(e.what(), ::testing::HasSubstr("row_index: expected null unless the config is "
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("row_index: expected null unless the kernel is "
                                                  "decode or wgmma"));
-      EXPECT_THAT(e.what(), ::testing::HasSubstr("narrow"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("cutlass_narrow"));
     }
   }
 }
@@ -529,7 +526,7 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
 TEST_P(GroupedGemm, GraphReplayFollowsDeviceOffsets) {
   MOEKIT_REQUIRE_GPU();
   const auto t = GetParam();
-  const bool fp8 = t == GroupedGemmType::kFP8Block128;
+  const bool fp8 = t == GemmScheme::kFP8Block;
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const int E = 3, n = 256, k = 256, rows = 96;
@@ -564,17 +561,20 @@ TEST_P(GroupedGemm, GraphReplayFollowsDeviceOffsets) {
   const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, E);
   DeviceArray<std::uint8_t> d_ws(ws);
   GroupedGemmArgs args;
-  args.num_experts = E, args.n = n, args.k = k, args.max_rows = rows;
-  args.expert_offsets = d_off.get(), args.a = da.get(), args.b = db.get(), args.d = d_out.get();
-  args.a_scales = fp8 ? dsa.get() : nullptr, args.b_scales = fp8 ? dsb.get() : nullptr;
+  args.scheme = t;
+  args.num_experts = E, args.n = n, args.k = k, args.rows = rows;
+  args.expert_offsets = d_off.get(), args.a = da.get(), args.w = db.get(), args.out = d_out.get();
+  args.a_scales = fp8 ? dsa.get() : nullptr, args.w_scales = fp8 ? dsb.get() : nullptr;
   args.workspace = d_ws.get(), args.workspace_bytes = ws;
+  const gemm::GemmConfig config = tuning::sm90::gemm_config(t, E, rows, n, k, false, true);
+  SCOPED_TRACE(config.str());
   cudaStream_t stream;
   MOEKIT_TEST_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   args.stream = stream;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   MOEKIT_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  gemm::grouped_gemm(t, args);
+  gemm::grouped_gemm(args, config);
   MOEKIT_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
   MOEKIT_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (const auto& counts : {std::vector<int>{10, 50, 36}, std::vector<int>{0, 96, 0}}) {
@@ -602,15 +602,18 @@ TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
   const std::size_t ws = gemm::grouped_gemm_workspace_bytes(t, 1);
   DeviceArray<std::uint8_t> d_ws(ws);
   GroupedGemmArgs good;
-  good.num_experts = 1, good.n = 128, good.k = 128, good.max_rows = 4;
-  good.expert_offsets = off.get(), good.a = buf.get(), good.b = buf.get(), good.d = buf.get();
-  good.a_scales = reinterpret_cast<const float*>(buf.get());
-  good.b_scales = reinterpret_cast<const float*>(buf.get());
+  good.scheme = t;
+  good.num_experts = 1, good.n = 128, good.k = 128, good.rows = 4;
+  good.expert_offsets = off.get(), good.a = buf.get(), good.w = buf.get(), good.out = buf.get();
+  const bool fp8 = t == GemmScheme::kFP8Block;
+  good.a_scales = fp8 ? reinterpret_cast<const float*>(buf.get()) : nullptr;
+  good.w_scales = fp8 ? buf.get() : nullptr;
   good.workspace = d_ws.get(), good.workspace_bytes = ws;
-  EXPECT_NO_THROW(gemm::grouped_gemm(t, good));
+  const gemm::GemmConfig config = tuning::sm90::gemm_config(t, 1, 4, 128, 128, false, true);
+  EXPECT_NO_THROW(gemm::grouped_gemm(good, config));
   auto expect_error = [&](GroupedGemmArgs a, const char* arg) {
     try {
-      gemm::grouped_gemm(t, a);
+      gemm::grouped_gemm(a, config);
       ADD_FAILURE() << "no error for " << arg;
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(arg) + ": expected")) << e.what();
@@ -619,107 +622,32 @@ TEST_P(GroupedGemm, RejectsBadArgumentsNamingThem) {
   GroupedGemmArgs a = good;
   a.n = 12;
   expect_error(a, "n");
-  a = good, a.k = t == GroupedGemmType::kFP8Block128 ? 64 : 12;
+  a = good, a.k = t == GemmScheme::kFP8Block ? 64 : 12;
   expect_error(a, "k");
   a = good, a.num_experts = 0;
   expect_error(a, "num_experts");
   a = good, a.lda = 100;
   expect_error(a, "lda");
-  a = good, a.ldd = 64;
-  expect_error(a, "ldd");
+  a = good, a.ldo = 64;
+  expect_error(a, "ldo");
   a = good, a.expert_offsets = nullptr;
   expect_error(a, "expert_offsets");
-  a = good, a.b = static_cast<const std::uint8_t*>(good.b) + 2;
-  expect_error(a, "b");
+  a = good, a.w = static_cast<const std::uint8_t*>(good.w) + 2;
+  expect_error(a, "w");
   a = good, a.workspace_bytes = ws - 1;
   expect_error(a, "workspace_bytes");
-  a = good, a.max_rows = -1;
-  expect_error(a, "max_rows");
-  if (t == GroupedGemmType::kFP8Block128) {
+  a = good, a.rows = -1;
+  expect_error(a, "rows");
+  if (fp8) {
     a = good, a.a_scales = nullptr;
     expect_error(a, "a_scales");
   }
   MOEKIT_TEST_CUDA(cudaDeviceSynchronize());
 }
 
-TEST(GroupedGemmConfig, AutoFollowsExpertsAndRowsPerExpert) {
-  using gemm::GroupedGemmConfig;
-  const auto bf16 = GroupedGemmType::kBF16, fp8 = GroupedGemmType::kFP8Block128;
-  const auto a = GroupedGemmConfig::kAuto, wide = GroupedGemmConfig::kWide,
-             narrow = GroupedGemmConfig::kNarrow, swap = GroupedGemmConfig::kSwapWide,
-             decode = GroupedGemmConfig::kDecode, wgmma = GroupedGemmConfig::kWgmma;
-  auto pick = [&](GroupedGemmType t, int e, std::int64_t rows) {
-    return gemm::resolve_grouped_gemm_config(t, a, e, rows);
-  };
-  // (E, max_rows) of the benchmark presets at 1 .. 4096 tokens.
-  EXPECT_EQ(pick(bf16, 8, 2), decode);        // mixtral-8x7b, 1 token
-  EXPECT_EQ(pick(bf16, 8, 8), decode);        // 4 tokens (E <= 128: decode up to 8 rows)
-  EXPECT_EQ(pick(fp8, 8, 2), wgmma);          // no fp8 decode kernel
-  EXPECT_EQ(pick(bf16, 8, 16), wgmma);        // 8 tokens
-  EXPECT_EQ(pick(bf16, 8, 128), wgmma);       // 64 tokens: 16 rows per expert
-  EXPECT_EQ(pick(fp8, 8, 128), wgmma);
-  EXPECT_EQ(pick(bf16, 8, 1024), wgmma);  // 512 tokens: 128 rows per expert
-  EXPECT_EQ(pick(fp8, 8, 1024), swap);
-  EXPECT_EQ(pick(bf16, 8, 8192), wide);       // 4096 tokens: 1024 rows per expert
-  EXPECT_EQ(pick(fp8, 8, 8192), wide);
-  EXPECT_EQ(pick(bf16, 128, 8), decode);    // qwen3-235b-a22b, 1 token
-  EXPECT_EQ(pick(fp8, 128, 8), wgmma);
-  EXPECT_EQ(pick(bf16, 128, 4), decode);    // gpt-oss-120b, 1 token
-  EXPECT_EQ(pick(bf16, 128, 16), wgmma);    // qwen3 2 tokens, gpt-oss 4 tokens
-  EXPECT_EQ(pick(bf16, 129, 8), wgmma);     // past E 128 (deepseek-v3 at E 256 a tie)
-  EXPECT_EQ(pick(bf16, 128, 32), wgmma);    // 4 tokens
-  EXPECT_EQ(pick(fp8, 128, 4096), wgmma);   // 512 tokens: 32 rows per expert
-  EXPECT_EQ(pick(fp8, 128, 128 * 63), wgmma);
-  EXPECT_EQ(pick(fp8, 128, 128 * 64), narrow);
-  EXPECT_EQ(pick(bf16, 128, 4096), wgmma);
-  EXPECT_EQ(pick(bf16, 128, 32768), wide);  // 4096 tokens: 256 rows per expert
-  EXPECT_EQ(pick(fp8, 128, 32768), wide);
-  EXPECT_EQ(pick(bf16, 256, 8), wgmma);  // deepseek-v3, 1 token
-  EXPECT_EQ(pick(fp8, 256, 8), wgmma);
-  EXPECT_EQ(pick(bf16, 256, 4096), wgmma);  // 512 tokens: 16 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 4096), wgmma);
-  EXPECT_EQ(pick(bf16, 256, 32768), wgmma);  // 4096 tokens: 128 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 32768), wgmma);  // E >= 256: wgmma below 256 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 16384), wgmma);  // 2048 tokens: 64 rows per expert
-  EXPECT_EQ(pick(fp8, 256, 256 * 255), wgmma);
-  EXPECT_EQ(pick(fp8, 256, 256 * 256), wide);
-  EXPECT_EQ(pick(fp8, 255, 255 * 128), wide);  // fewer experts: the CUTLASS picks
-  EXPECT_EQ(pick(fp8, 255, 255 * 64), narrow);
-  EXPECT_EQ(pick(bf16, 384, 32768), wide);  // kimi-k2, 4096 tokens: 85 rows per expert
-  EXPECT_EQ(pick(fp8, 384, 32768), wgmma);
-  EXPECT_EQ(pick(fp8, 8, 0), wgmma);     // no rows
-  EXPECT_EQ(pick(bf16, 8, 2048), wide);  // 256 rows per expert: past the wgmma range
-  EXPECT_EQ(pick(fp8, 8, 2048), wide);
-  EXPECT_EQ(pick(bf16, 17, 17 * 128), wgmma);  // 17 experts: no swap
-  EXPECT_EQ(pick(fp8, 17, 17 * 128), wide);
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(bf16, narrow, 8, 8192), narrow);  // forced
-  EXPECT_EQ(gemm::resolve_grouped_gemm_config(fp8, swap, 256, 2), swap);
-  // kAuto only ever resolves to a config built for the type.
-  for (auto t : {bf16, fp8})
-    for (int e : {1, 8, 16, 17, 256})
-      for (std::int64_t r : {0, 1, 16, 32, 64, 95, 96, 128, 200, 255, 256, 512, 1024, 4096})
-        EXPECT_TRUE(gemm::grouped_gemm_config_built(t, gemm::auto_grouped_gemm_config(t, e, r * e)))
-            << gemm::grouped_gemm_type_name(t) << " E " << e << " rows per expert " << r;
-}
-
-TEST(GroupedGemmConfig, NamesRoundTripAndBadNamesAreNamed) {
-  using gemm::GroupedGemmConfig;
-  for (auto c :
-       {GroupedGemmConfig::kAuto, GroupedGemmConfig::kWide, GroupedGemmConfig::kNarrow,
-        GroupedGemmConfig::kSwapWide, GroupedGemmConfig::kDecode, GroupedGemmConfig::kWgmma})
-    EXPECT_EQ(gemm::parse_grouped_gemm_config(gemm::grouped_gemm_config_name(c), "cfg"), c);
-  try {
-    gemm::parse_grouped_gemm_config("widest", "MOEKIT_GROUPED_GEMM_CONFIG");
-    ADD_FAILURE() << "no error for an unknown config name";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("MOEKIT_GROUPED_GEMM_CONFIG: expected"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("widest"));
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Types, GroupedGemm,
-                         ::testing::Values(GroupedGemmType::kBF16, GroupedGemmType::kFP8Block128),
-                         [](const auto& info) { return gemm::grouped_gemm_type_name(info.param); });
+                         ::testing::Values(GemmScheme::kBF16, GemmScheme::kFP8Block),
+                         [](const auto& info) { return gemm::gemm_scheme_name(info.param); });
 
 }  // namespace
 }  // namespace moekit

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/experts/sm90_grouped_experts.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/random_weights.hpp"
@@ -42,7 +42,9 @@ void run(const char* preset, QuantScheme scheme, std::int64_t m, std::uint32_t s
   problem.layer = layer;
   problem.weight_quant.scheme = scheme;
   problem.activation_quant.scheme = QuantScheme::kBF16;
-  auto experts = cuda::make_w4a16_grouped_experts(problem);
+  auto experts = cuda::make_sm90_grouped_experts(problem, scheme == QuantScheme::kNVFP4
+                                                               ? gemm::GemmScheme::kW4A16NVFP4
+                                                               : gemm::GemmScheme::kW4A16MXFP4);
   const Support s = experts->supports(problem);
   ASSERT_TRUE(s.ok) << s.reason;
   const MoeWeights weights = random_moe_weights(layer, problem.weight_quant, seed);

@@ -21,7 +21,8 @@
 #include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/w4a16.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/w4a16/sm90_w4a16_weight_shuffle.hpp"
 
 namespace moekit::gemm {
 namespace {
@@ -69,7 +70,7 @@ enum class Routing { kUniform, kOneExpert, kSkipEven };
 
 struct Case {
   W4Format format;
-  W4Epilogue epi;
+  EpilogueKind epi;
   int m;
   Routing routing;
   bool gather;
@@ -83,7 +84,7 @@ void run_case(const Case& c, std::uint32_t seed) {
                std::to_string(static_cast<int>(c.routing)) + " gather " + std::to_string(c.gather));
   std::mt19937 rng(seed);
   const int e = 6;
-  const bool gated = c.epi != W4Epilogue::kNone;
+  const bool gated = c.epi != EpilogueKind::kNone;
   const std::int64_t n = gated ? 2 * 56 : 80,
                      k = 320;  // K tail for 4-way split, partial CTA rows
   const std::int64_t width = gated ? n / 2 : n;
@@ -131,9 +132,9 @@ void run_case(const Case& c, std::uint32_t seed) {
     }
     for (std::int64_t j = 0; j < width; ++j) {
       double v = col[j];
-      if (c.epi == W4Epilogue::kSiluAndMul) {
+      if (c.epi == EpilogueKind::kSiluAndMul) {
         v = col[j] / (1 + std::exp(-col[j])) * col[j + width];
-      } else if (c.epi == W4Epilogue::kSwigluOai) {
+      } else if (c.epi == EpilogueKind::kSwigluOai) {
         const double g = std::min(col[j], limit);
         const double u = std::clamp(col[j + width], -limit, limit);
         v = g / (1 + std::exp(-salpha * g)) * (u + 1);
@@ -183,33 +184,30 @@ void run_case(const Case& c, std::uint32_t seed) {
     SCOPED_TRACE("tile " + w4_tile_name(tile) + " max_ctas " + std::to_string(max_ctas) +
                  " k_split " + std::to_string(v.k_split) + " wgmma_tokens " +
                  std::to_string(v.wgmma_tokens));
-    W4A16GemmArgs args;
-    args.format = c.format;
-    args.epilogue = c.epi;
-    args.tile = tile;
+    GroupedGemmArgs args;
+    args.scheme = w4a16_scheme(c.format);
+    args.epilogue.kind = c.epi;
     args.num_experts = e;
-    args.m = c.m;
+    args.rows = c.m;
     args.n = n;
     args.k = k;
     args.expert_offsets = d_offsets.ptr;
     const bool wgmma = tile == W4Tile::kWgmma;
     args.a = wgmma ? d_a_wgmma.ptr : d_a.ptr;
-    args.a_order = wgmma ? W4KOrder::kWgmma : W4KOrder::kNatural;
     args.row_index = c.gather && !wgmma ? d_row_index.ptr : nullptr;
     args.w = d_w.ptr;
     args.w_scales = d_s.ptr;
-    args.alpha = c.format == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
-    args.bias = c.bias ? d_bias.ptr : nullptr;
-    args.row_scale = c.row_scale ? d_row_scale.ptr : nullptr;
+    args.w_expert_scale = c.format == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
+    args.epilogue.bias = c.bias ? d_bias.ptr : nullptr;
+    args.epilogue.row_scale = c.row_scale ? d_row_scale.ptr : nullptr;
     args.out = d_out.ptr;
-    args.max_ctas = max_ctas;
-    args.k_split = v.k_split;
-    args.wgmma_tokens = v.wgmma_tokens;
+    const GemmConfig config =
+        w4_config(tile, e, c.m, n, k, gated, max_ctas, v.k_split, v.wgmma_tokens);
     std::vector<std::uint16_t> first;
     for (int rep = 0; rep < 2; ++rep) {
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2),
                 cudaSuccess);  // NaN poison
-      w4a16_grouped_gemm(args);
+      grouped_gemm(args, config);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<std::uint16_t> out = d_out.download();
       if (rep == 0) {
@@ -251,13 +249,13 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (W4Format f : {W4Format::kNVFP4, W4Format::kMXFP4}) {
     for (int m : {0, 1, 3, 64, 129, 1024}) {
-      cases.push_back({f, W4Epilogue::kNone, m, Routing::kUniform, false, false, false});
-      cases.push_back({f, W4Epilogue::kSiluAndMul, m, Routing::kUniform, true, false, false});
+      cases.push_back({f, EpilogueKind::kNone, m, Routing::kUniform, false, false, false});
+      cases.push_back({f, EpilogueKind::kSiluAndMul, m, Routing::kUniform, true, false, false});
     }
-    cases.push_back({f, W4Epilogue::kSwigluOai, 129, Routing::kUniform, true, true, false});
-    cases.push_back({f, W4Epilogue::kNone, 200, Routing::kOneExpert, true, true, true});
-    cases.push_back({f, W4Epilogue::kSiluAndMul, 77, Routing::kSkipEven, false, true, true});
-    cases.push_back({f, W4Epilogue::kSwigluOai, 3, Routing::kOneExpert, false, true, true});
+    cases.push_back({f, EpilogueKind::kSwigluOai, 129, Routing::kUniform, true, true, false});
+    cases.push_back({f, EpilogueKind::kNone, 200, Routing::kOneExpert, true, true, true});
+    cases.push_back({f, EpilogueKind::kSiluAndMul, 77, Routing::kSkipEven, false, true, true});
+    cases.push_back({f, EpilogueKind::kSwigluOai, 3, Routing::kOneExpert, false, true, true});
   }
   return cases;
 }
@@ -290,10 +288,10 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, static_cast<int>(k)});
     DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(to_wgmma_k_order(a, k, k)), d_out(k * n);
     DeviceArray<u8> d_w(sc), d_s(ss);
-    W4A16GemmArgs args;
-    args.format = f;
+    GroupedGemmArgs args;
+    args.scheme = w4a16_scheme(f);
     args.num_experts = 1;
-    args.m = k;
+    args.rows = k;
     args.n = n;
     args.k = k;
     args.expert_offsets = d_offsets.ptr;
@@ -303,12 +301,10 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
     args.out = d_out.ptr;
     for (W4Tile tile : {W4Tile::kLarge, W4Tile::kWgmma}) {
       SCOPED_TRACE(w4_tile_name(tile));
-      args.tile = tile;
       const bool wgmma = tile == W4Tile::kWgmma;
       args.a = wgmma ? d_a_wgmma.ptr : d_a.ptr;
-      args.a_order = wgmma ? W4KOrder::kWgmma : W4KOrder::kNatural;
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
-      w4a16_grouped_gemm(args);
+      grouped_gemm(args, w4_config(tile, 1, k, n, k, false));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<std::uint16_t> out = d_out.download();
       int bad = 0;
@@ -330,13 +326,15 @@ TEST(W4A16Gemm, DequantIsExactForEveryCodeAndScale) {
 
 TEST(W4A16Gemm, ValidationNamesTheArgument) {
   MOEKIT_REQUIRE_GPU();
-  W4A16GemmArgs args;
+  GroupedGemmArgs args;
+  args.scheme = GemmScheme::kW4A16NVFP4;
   args.num_experts = 2;  // null offsets are only legal for the dense E == 1 case
-  args.m = 1;
+  args.rows = 1;
   args.n = 16;
   args.k = 96;
+  GemmConfig config = w4_config(W4Tile::kMid32, 2, 1, 16, 64, false);
   try {
-    w4a16_grouped_gemm(args);
+    grouped_gemm(args, config);
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("k: expected"), std::string::npos) << e.what();
@@ -344,24 +342,25 @@ TEST(W4A16Gemm, ValidationNamesTheArgument) {
   args.k = 64;
   args.n = 20;
   try {
-    w4a16_grouped_gemm(args);
+    grouped_gemm(args, config);
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("n: expected"), std::string::npos) << e.what();
   }
   args.n = 16;
   try {
-    w4a16_grouped_gemm(args);  // null pointers
+    grouped_gemm(args, config);  // null pointers
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expert_offsets"), std::string::npos) << e.what();
   }
-  args.k_split = 9;
+  config.k_split = 9;
   try {
-    w4a16_grouped_gemm(args);
+    grouped_gemm(args, config);
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("k_split: expected"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("config.k_split: expected"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -384,24 +383,22 @@ TEST(W4A16Gemm, AutoSplitKMatchesUnsplit) {
   DeviceArray<std::uint16_t> d_a(a), d_out(2 * n);
   DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
   DeviceArray<float> d_alpha(w.alpha);
-  W4A16GemmArgs args;
-  args.format = W4Format::kNVFP4;
-  args.tile = W4Tile::kDecode8;
+  GroupedGemmArgs args;
+  args.scheme = w4a16_scheme(W4Format::kNVFP4);
   args.num_experts = e;
-  args.m = 2;
+  args.rows = 2;
   args.n = n;
   args.k = k;
   args.expert_offsets = d_offsets.ptr;
   args.a = d_a.ptr;
   args.w = d_w.ptr;
   args.w_scales = d_s.ptr;
-  args.alpha = d_alpha.ptr;
+  args.w_expert_scale = d_alpha.ptr;
   args.out = d_out.ptr;
   std::vector<std::vector<std::uint16_t>> outs;
   for (int ks : {1, 0, 0}) {
-    args.k_split = ks;
     ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
-    w4a16_grouped_gemm(args);
+    grouped_gemm(args, w4_config(W4Tile::kDecode8, e, 2, n, k, false, 0, ks));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     outs.push_back(d_out.download());
   }
@@ -431,10 +428,10 @@ TEST(W4A16Gemm, AutoSplitKMatchesUnsplit) {
 // decode16 (its 64 x 16 configuration here) and mid32 (which ignores the flag:
 // a plain launch); the result must be bitwise the plain launch's, which is
 // checked against float64.
-// The 64-row decode tile's short-K form (2 K-warps, 8 CTAs per SM; kAuto takes it without an
+// The 64-row decode tile's short-K form (2 K-warps, 8 CTAs per SM; the rules take it without an
 // epilogue for K <= 2048 when the units fill its CTA slots, e.g. GEMM2 of deepseek-v3): 64
 // experts x one row, N = 2048 (2048 units), K = 1024, with bias and row_scale (GEMM2's fields),
-// both formats, tile auto and decode8. Against float64 of the dequantized weights: rel L2 < 4e-3;
+// both formats, the rules' config and decode8. Against float64 of the dequantized weights: rel L2 < 4e-3;
 // repeated runs bitwise equal; rows past offsets[E] keep their poison.
 TEST(W4A16Gemm, ShortKWideDecodeMatchesFloat64) {
   MOEKIT_REQUIRE_GPU();
@@ -467,28 +464,31 @@ TEST(W4A16Gemm, ShortKWideDecodeMatchesFloat64) {
           acc += w.deq(r, j, kk) * bf16_to_float(x[r * k + kk]);
         ref[r * n + j] = (acc + bias[r * n + j]) * row_scale[r];
       }
-    for (const W4Tile tile : {W4Tile::kAuto, W4Tile::kDecode8}) {
-      SCOPED_TRACE("tile " + w4_tile_name(tile));
-      W4A16GemmArgs a;
-      a.format = f;
-      a.epilogue = W4Epilogue::kNone;
-      a.tile = tile;
+    for (const bool by_rules : {true, false}) {
+      SCOPED_TRACE(by_rules ? "the rules' config" : "decode8");
+      GroupedGemmArgs a;
+      a.scheme = w4a16_scheme(f);
+      a.epilogue.kind = EpilogueKind::kNone;
       a.num_experts = e;
-      a.m = m + extra;
+      a.rows = m + extra;
       a.n = n;
       a.k = k;
       a.expert_offsets = d_offsets.ptr;
       a.a = d_x.ptr;
       a.w = d_w.ptr;
       a.w_scales = d_s.ptr;
-      a.alpha = f == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
-      a.bias = d_bias.ptr;
-      a.row_scale = d_rs.ptr;
+      a.w_expert_scale = f == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
+      a.epilogue.bias = d_bias.ptr;
+      a.epilogue.row_scale = d_rs.ptr;
       a.out = d_y.ptr;
       std::vector<std::uint16_t> first;
       for (int rep = 0; rep < 2; ++rep) {
         ASSERT_EQ(cudaMemset(d_y.ptr, 0xFF, d_y.count * 2), cudaSuccess);
-        w4a16_grouped_gemm(a);
+        const GemmConfig config =
+            by_rules ? tuning::sm90::gemm_config(a.scheme, e, m + extra, n, k, false, true)
+                     : w4_config(W4Tile::kDecode8, e, m + extra, n, k, false);
+        EXPECT_TRUE(config.decode_short_k) << config.str();
+        grouped_gemm(a, config);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto out = d_y.download();
         if (rep == 1) {
@@ -534,33 +534,35 @@ TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
   DeviceArray<float> d_alpha1(w1.alpha), d_alpha2(w2.alpha);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  W4A16GemmArgs g1;
-  g1.epilogue = W4Epilogue::kSiluAndMul;
+  GroupedGemmArgs g1;
+  g1.scheme = GemmScheme::kW4A16NVFP4;
+  g1.epilogue.kind = EpilogueKind::kSiluAndMul;
   g1.num_experts = e;
-  g1.m = m;
+  g1.rows = m;
   g1.n = 2 * inter;
   g1.k = h;
   g1.expert_offsets = d_offsets.ptr;
   g1.a = d_x.ptr;
   g1.w = d_w1.ptr;
   g1.w_scales = d_s1.ptr;
-  g1.alpha = d_alpha1.ptr;
+  g1.w_expert_scale = d_alpha1.ptr;
   g1.out = d_act.ptr;
   g1.stream = stream;
-  W4A16GemmArgs g2 = g1;
-  g2.epilogue = W4Epilogue::kNone;
+  GroupedGemmArgs g2 = g1;
+  g2.epilogue.kind = EpilogueKind::kNone;
   g2.n = h;
   g2.k = inter;
   g2.a = d_act.ptr;
   g2.w = d_w2.ptr;
   g2.w_scales = d_s2.ptr;
-  g2.alpha = d_alpha2.ptr;
+  g2.w_expert_scale = d_alpha2.ptr;
   g2.out = d_y.ptr;
-  auto layer = [&](const W4A16GemmArgs& second) {
+  const GemmConfig config1 = tuning::sm90::gemm_config(g1.scheme, e, m, 2 * inter, h, true, true);
+  auto layer = [&](const GroupedGemmArgs& second, const GemmConfig& config2) {
     EXPECT_EQ(cudaMemsetAsync(d_act.ptr, 0xFF, d_act.count * 2, stream), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(d_y.ptr, 0xFF, d_y.count * 2, stream), cudaSuccess);
-    w4a16_grouped_gemm(g1);
-    w4a16_grouped_gemm(second);
+    grouped_gemm(g1, config1);
+    grouped_gemm(second, config2);
   };
   struct Variant {
     W4Tile tile;
@@ -569,10 +571,9 @@ TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
   for (const Variant v : {Variant{W4Tile::kDecode8, 1}, Variant{W4Tile::kDecode8, 2},
                           Variant{W4Tile::kDecode16, 0}, Variant{W4Tile::kMid32, 0}}) {
     SCOPED_TRACE("tile " + w4_tile_name(v.tile) + " k_split " + std::to_string(v.k_split));
-    W4A16GemmArgs plain = g2;
-    plain.tile = v.tile;
-    plain.k_split = v.k_split;
-    layer(plain);
+    const GroupedGemmArgs plain = g2;
+    const GemmConfig config2 = w4_config(v.tile, e, m, h, inter, false, 0, v.k_split);
+    layer(plain, config2);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const std::vector<std::uint16_t> act = d_act.download(), ref_out = d_y.download();
     // The plain launch against float64 (GEMM2 of the downloaded activations).
@@ -591,17 +592,17 @@ TEST(W4A16Gemm, OverlapPreviousWaitsForThePreviousKernel) {
     }
     ASSERT_GT(den, 0.0);
     EXPECT_LT(std::sqrt(num / den), 4e-3);
-    W4A16GemmArgs overlapped = plain;
+    GroupedGemmArgs overlapped = plain;
     overlapped.overlap_previous = true;
     for (int rep = 0; rep < 3; ++rep) {
-      layer(overlapped);
+      layer(overlapped, config2);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       EXPECT_EQ(d_y.download(), ref_out) << "stream launch, rep " << rep;
     }
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    layer(overlapped);
+    layer(overlapped, config2);
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int rep = 0; rep < 3; ++rep) {

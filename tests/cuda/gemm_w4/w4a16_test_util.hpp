@@ -13,12 +13,90 @@
 #include <string>
 #include <vector>
 
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/grouped_gemm_launchers.hpp"
+#include "cuda/gemm/w4a16/sm90_w4a16_weight_shuffle.hpp"
 #include "cuda/gpu_test_util.hpp"
-#include "moekit/gemm/w4a16.hpp"
+#include "cuda/runtime/current_device.hpp"
+#include "cuda/tuning/sm90_tuning.hpp"
+#include "moekit/quant/scheme.hpp"
 
 namespace moekit::gemm::w4a16_test {
 
 using u8 = std::uint8_t;
+
+// The 4-bit weight formats (QuantScheme::kNVFP4 / kMXFP4) and their W4A16 GEMM schemes.
+using W4Format = QuantScheme;
+inline int w4_scale_block(W4Format f) { return scale_block_size(f); }
+inline std::string w4_format_name(W4Format f) { return std::string(scheme_name(f)); }
+inline GemmScheme w4a16_scheme(W4Format f) {
+  return f == W4Format::kNVFP4 ? GemmScheme::kW4A16NVFP4 : GemmScheme::kW4A16MXFP4;
+}
+
+// The W4A16 kernels the tests sweep: the decode kernel with 8 / 16 tokens per unit, the mma.sync
+// tiles, the wgmma kernel (A in its K order).
+enum class W4Tile { kDecode8, kDecode16, kMid32, kLarge, kWgmma };
+inline std::string w4_tile_name(W4Tile t) {
+  switch (t) {
+    case W4Tile::kDecode8: return "decode8";
+    case W4Tile::kDecode16: return "decode16";
+    case W4Tile::kMid32: return "mid32";
+    case W4Tile::kLarge: return "large";
+    case W4Tile::kWgmma: return "wgmma";
+  }
+  return "?";
+}
+
+// The config of `tile` for a W4A16 GEMM of E experts and `rows` rows (n x k, gated): the tuning
+// rules' variant of the kernel for a grid capped at max_ctas (0: the device), a cluster split of
+// k_split (0: the rule), a wgmma token tile (0: the rule).
+inline GemmConfig w4_config(W4Tile tile, int e, std::int64_t rows, std::int64_t n, std::int64_t k,
+                            bool gated, int max_ctas = 0, int k_split = 0, int tokens = 0) {
+  const GemmScheme s = GemmScheme::kW4A16NVFP4;
+  GemmConfig c;
+  switch (tile) {
+    case W4Tile::kDecode8:
+    case W4Tile::kDecode16: {
+      c.kernel = GemmKernel::kDecode;
+      c.decode16 = tile == W4Tile::kDecode16;
+      // The wide (64-row) variant when its units fill half of the CTA slots the grid may use; the
+      // short-K form without epilogue for K <= 2048 when its units fill its slots (the rules of
+      // sm90_tuning.cpp, with the cap).
+      const int sms = cuda::current_device_multiprocessors();
+      auto fills = [&](const GemmConfig& v, int factor) {
+        const DecodeShape sh = decode_shape(s, v);
+        int slots = sh.min_blocks * sms;
+        if (max_ctas > 0) slots = std::min(slots, max_ctas);
+        return tuning::sm90::decode_units(e, rows, n, sh.tokens, sh.rows) * factor >= slots;
+      };
+      GemmConfig wide = c;
+      wide.decode_wide = true;
+      c.decode_wide = fills(wide, 2);
+      if (!c.decode16 && c.decode_wide && !gated && k / 64 <= 32 && k_split <= 1) {
+        GemmConfig short_k = wide;
+        short_k.decode_short_k = true;
+        c.decode_short_k = fills(short_k, 1);
+      }
+      break;
+    }
+    case W4Tile::kMid32: c.kernel = GemmKernel::kW4Mid32; break;
+    case W4Tile::kLarge: c.kernel = GemmKernel::kW4Large; break;
+    case W4Tile::kWgmma:
+      c = tuning::sm90::gemm_config_for(s, GemmKernel::kWgmma, e, rows, n, k, gated, true);
+      if (tokens != 0 && tokens != c.tokens) {
+        c.tokens = tokens;
+        c.ctas_per_sm = 1;
+        if (tokens == 32) {
+          const std::int64_t per_expert = tuning::sm90::rows_per_active_expert(e, rows);
+          c.ctas_per_sm = e <= 8 && per_expert <= 24 ? 2 : 3;
+        }
+      }
+      break;
+  }
+  c.max_ctas = max_ctas;
+  c.k_split = k_split;
+  return c;
+}
 
 inline std::uint32_t test_seed() {
   if (const char* s = std::getenv("MOEKIT_TEST_SEED"))
@@ -121,7 +199,7 @@ inline W4Weights random_weights(std::mt19937& rng, W4Format f, int e, std::int64
   return w;
 }
 
-// rows x k bf16 (row stride k) in the wgmma K order (W4KOrder::kWgmma), written out from its
+// rows x k bf16 (row stride k) in the wgmma K order (KOrder::kWgmma), written out from its
 // definition: inside every 64-wide chunk, word w (two bf16) holds natural word 8 (w % 4) + w / 4.
 inline std::vector<std::uint16_t> to_wgmma_k_order(const std::vector<std::uint16_t>& a,
                                                    std::int64_t rows, std::int64_t k) {

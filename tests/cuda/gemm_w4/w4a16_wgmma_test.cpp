@@ -15,7 +15,9 @@
 #include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/w4a16.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/w4a16/sm90_w4a16_weight_shuffle.hpp"
+#include "cuda/permute/permute_kernels.hpp"
 
 namespace moekit::gemm {
 namespace {
@@ -25,8 +27,8 @@ using namespace w4a16_test;
 // The wgmma tile on shapes its small cases do not reach: 20 / 21 K chunks (the
 // weight and activation rings wrap several times; 21: a one-chunk last stage),
 // n = 272 (two full 128-row tiles + one 16-row tile), gathered rows, bias, row
-// scale. A reaches the kernel through the device conversion (w4a16_to_wgmma_k_order,
-// gathering the rows through row_index) of the natural rows the reference reads. Routing A:
+// scale. A reaches the kernel through the row gather in the wgmma K order (cuda::gather_rows,
+// the experts' path) of the natural rows the reference reads. Routing A:
 // experts with 0, 1, 31, 64, 65, 129 and 300 rows (the 128-token tile: full
 // tiles, partial ones and every N = 32 tail); routing B: 700 and 1000 rows
 // (many full tiles); routing C: 97..160 rows per expert (the 160-token tile,
@@ -43,29 +45,29 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
   struct Config {
     std::vector<int> rows_per_expert;
     W4Format f;
-    W4Epilogue epi;
+    EpilogueKind epi;
     std::int64_t k;
     int wgmma_tokens = 0;
   };
   const std::vector<int> routing_a = {31, 0, 129, 1, 300, 64, 65}, routing_b = {700, 1000},
                          routing_c = {150, 97, 130, 160, 0, 33, 120},
                          routing_d = {1, 8, 9, 0, 16, 17, 2, 32, 33, 70, 41, 7, 24, 0, 3};
-  const Config configs[] = {{routing_a, W4Format::kNVFP4, W4Epilogue::kNone, 1280},
-                            {routing_a, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1344},
-                            {routing_a, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
-                            {routing_a, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280},
-                            {routing_b, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1280},
-                            {routing_b, W4Format::kMXFP4, W4Epilogue::kNone, 1344},
-                            {routing_c, W4Format::kNVFP4, W4Epilogue::kNone, 1344},
-                            {routing_c, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1280},
-                            {routing_d, W4Format::kNVFP4, W4Epilogue::kSiluAndMul, 1344, 32},
-                            {routing_d, W4Format::kMXFP4, W4Epilogue::kNone, 1280, 32},
-                            {routing_a, W4Format::kMXFP4, W4Epilogue::kSiluAndMul, 1344, 32},
-                            {routing_d, W4Format::kNVFP4, W4Epilogue::kNone, 1280, 0}};
+  const Config configs[] = {{routing_a, W4Format::kNVFP4, EpilogueKind::kNone, 1280},
+                            {routing_a, W4Format::kNVFP4, EpilogueKind::kSiluAndMul, 1344},
+                            {routing_a, W4Format::kMXFP4, EpilogueKind::kNone, 1344},
+                            {routing_a, W4Format::kMXFP4, EpilogueKind::kSiluAndMul, 1280},
+                            {routing_b, W4Format::kNVFP4, EpilogueKind::kSiluAndMul, 1280},
+                            {routing_b, W4Format::kMXFP4, EpilogueKind::kNone, 1344},
+                            {routing_c, W4Format::kNVFP4, EpilogueKind::kNone, 1344},
+                            {routing_c, W4Format::kMXFP4, EpilogueKind::kSiluAndMul, 1280},
+                            {routing_d, W4Format::kNVFP4, EpilogueKind::kSiluAndMul, 1344, 32},
+                            {routing_d, W4Format::kMXFP4, EpilogueKind::kNone, 1280, 32},
+                            {routing_a, W4Format::kMXFP4, EpilogueKind::kSiluAndMul, 1344, 32},
+                            {routing_d, W4Format::kNVFP4, EpilogueKind::kNone, 1280, 0}};
   for (const Config& cfg : configs) {
     const std::int64_t k = cfg.k;
     const W4Format f = cfg.f;
-    const W4Epilogue epi = cfg.epi;
+    const EpilogueKind epi = cfg.epi;
     const int e = static_cast<int>(cfg.rows_per_expert.size());
     std::vector<std::int32_t> offsets(e + 1, 0);
     for (int i = 0; i < e; ++i) offsets[i + 1] = offsets[i] + cfg.rows_per_expert[i];
@@ -74,7 +76,7 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       SCOPED_TRACE(w4_format_name(f) + " epi " + std::to_string(static_cast<int>(epi)) + " m " +
                    std::to_string(m) + " k " + std::to_string(k) + " wgmma_tokens " +
                    std::to_string(cfg.wgmma_tokens));
-      const bool gated = epi != W4Epilogue::kNone;
+      const bool gated = epi != EpilogueKind::kNone;
       const std::int64_t n = 272, width = gated ? n / 2 : n;
       const W4Weights w = random_weights(rng, f, e, n, k, gated);
       const int a_rows = m / 2 + 1;
@@ -90,31 +92,37 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       DeviceArray<std::int32_t> d_offsets(offsets), d_row_index(row_index);
       DeviceArray<std::uint16_t> d_a(a), d_a_wgmma(static_cast<std::size_t>(m) * k),
           d_out(m * width);
-      w4a16_to_wgmma_k_order(d_a.ptr, 0, d_a_wgmma.ptr, 0, m, k, nullptr, d_row_index.ptr, a_rows);
+      cuda::GatherArgs gather;
+      gather.src = d_a.ptr;
+      gather.row_bytes = k * 2;
+      gather.sorted_ids = d_row_index.ptr;
+      gather.max_rows = m;
+      gather.out = d_a_wgmma.ptr;
+      gather.order = KOrder::kWgmma;
+      cuda::gather_rows(gather, nullptr);
       DeviceArray<u8> d_w(w.shuffled_codes), d_s(w.shuffled_scales);
       DeviceArray<float> d_alpha(w.alpha), d_bias(bias), d_row_scale(row_scale);
-      W4A16GemmArgs args;
-      args.format = f;
-      args.epilogue = epi;
-      args.tile = W4Tile::kWgmma;
+      GroupedGemmArgs args;
+      args.scheme = w4a16_scheme(f);
+      args.epilogue.kind = epi;
       args.num_experts = e;
-      args.m = m;
+      args.rows = m;
       args.n = n;
       args.k = k;
       args.expert_offsets = d_offsets.ptr;
       args.a = d_a_wgmma.ptr;
-      args.a_order = W4KOrder::kWgmma;
       args.w = d_w.ptr;
       args.w_scales = d_s.ptr;
-      args.alpha = d_alpha.ptr;
-      args.bias = d_bias.ptr;
-      args.row_scale = d_row_scale.ptr;
+      args.w_expert_scale = f == W4Format::kNVFP4 ? d_alpha.ptr : nullptr;
+      args.epilogue.bias = d_bias.ptr;
+      args.epilogue.row_scale = d_row_scale.ptr;
       args.out = d_out.ptr;
-      args.wgmma_tokens = cfg.wgmma_tokens;
+      auto config_for = [&](int max_ctas) {
+        return w4_config(W4Tile::kWgmma, e, m, n, k, gated, max_ctas, 0, cfg.wgmma_tokens);
+      };
       auto run = [&](int max_ctas) {
         EXPECT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
-        args.max_ctas = max_ctas;
-        w4a16_grouped_gemm(args);
+        grouped_gemm(args, config_for(max_ctas));
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         return d_out.download();
       };
@@ -124,13 +132,12 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
       // Graph replay.
       cudaStream_t stream = nullptr;
       ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-      args.max_ctas = 0;
       args.stream = stream;
       ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
       ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      w4a16_grouped_gemm(args);
+      grouped_gemm(args, config_for(0));
       ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
       ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
@@ -177,89 +184,85 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
   }
 }
 
-// The device conversion to the wgmma K order equals its definition (the host
-// helper) bitwise, with row strides on both sides (bytes between the rows stay
-// untouched), and w4a16_wgmma_k_source is the same map; bad arguments are
-// refused naming the argument.
-TEST(W4A16Gemm, WgmmaKOrderConversionMatchesItsDefinition) {
+// The row gather in the wgmma K order (cuda::gather_rows, KOrder::kWgmma) equals its definition
+// (the host helper) bitwise, in order and gathered (repeats, any order; a negative index gives a
+// zero row; the device row count caps the rows written); wgmma_k_source is the same map; a row
+// size the order cannot take is refused naming the argument.
+TEST(W4A16Gemm, WgmmaKOrderGatherMatchesItsDefinition) {
   MOEKIT_REQUIRE_GPU();
   const std::uint32_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (int j = 0; j < 64; ++j) {
     std::vector<std::uint16_t> one(64, 0);
-    one[w4a16_wgmma_k_source(j)] = 1;
+    one[wgmma_k_source(j)] = 1;
     EXPECT_EQ(to_wgmma_k_order(one, 1, 64)[j], 1) << "column " << j;
   }
-  const std::int64_t rows = 37, k = 192, lds = 200, ldd = 256;
-  std::vector<std::uint16_t> src(rows * lds), packed(rows * k);
+  const std::int64_t rows = 37, k = 192;
+  std::vector<std::uint16_t> src(rows * k);
   std::uniform_int_distribution<int> bits(0, 0xFFFF);
   for (auto& v : src) v = static_cast<std::uint16_t>(bits(rng));
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < k; ++c) packed[r * k + c] = src[r * lds + c];
-  const std::vector<std::uint16_t> want = to_wgmma_k_order(packed, rows, k);
-  DeviceArray<std::uint16_t> d_src(src), d_dst(rows * ldd);
-  ASSERT_EQ(cudaMemset(d_dst.ptr, 0xAB, d_dst.count * 2), cudaSuccess);
-  w4a16_to_wgmma_k_order(d_src.ptr, lds, d_dst.ptr, ldd, rows, k, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<std::uint16_t> got = d_dst.download();
-  int bad = 0;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < ldd; ++c) {
-      const std::uint16_t expect = c < k ? want[r * k + c] : 0xABAB;
-      if (got[r * ldd + c] != expect && bad++ < 5)
-        ADD_FAILURE() << "row " << r << " column " << c << ": " << got[r * ldd + c] << " vs "
-                      << expect;
-    }
-  EXPECT_EQ(bad, 0);
-  // Gathered: dst row r is source row row_index[r] (repeats, any order), strides as above; an
-  // index outside [0, rows) gives a zero row.
+  DeviceArray<std::uint16_t> d_src(src);
+  auto gather = [&](const std::int32_t* sorted, std::int64_t out_rows, const std::int32_t* count,
+                    DeviceArray<std::uint16_t>& out) {
+    ASSERT_EQ(cudaMemset(out.ptr, 0xAB, out.count * 2), cudaSuccess);
+    cuda::GatherArgs g;
+    g.src = d_src.ptr;
+    g.row_bytes = k * 2;
+    g.sorted_ids = sorted;
+    g.max_rows = out_rows;
+    g.num_rows = count;
+    g.out = out.ptr;
+    g.order = KOrder::kWgmma;
+    cuda::gather_rows(g, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  auto compare = [&](const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
+                     const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    int bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != want[i] && bad++ < 5)
+        ADD_FAILURE() << what << " row " << i / k << " column " << i % k << ": " << got[i]
+                      << " vs " << want[i];
+    EXPECT_EQ(bad, 0) << what;
+  };
+  DeviceArray<std::uint16_t> d_dst(rows * k);
+  gather(nullptr, rows, nullptr, d_dst);
+  compare(d_dst.download(), to_wgmma_k_order(src, rows, k), "in order");
   std::vector<std::int32_t> row_index(53);
   std::uniform_int_distribution<int> pick(0, rows - 1);
   for (auto& r : row_index) r = pick(rng);
   row_index[5] = -1;
-  row_index[17] = static_cast<std::int32_t>(rows);
-  row_index[40] = 1 << 30;
+  row_index[17] = -7;
   const std::int64_t grows = static_cast<std::int64_t>(row_index.size());
   std::vector<std::uint16_t> gpacked(grows * k, 0);
   for (std::int64_t r = 0; r < grows; ++r)
-    if (row_index[r] >= 0 && row_index[r] < rows)
-      for (std::int64_t c = 0; c < k; ++c) gpacked[r * k + c] = src[row_index[r] * lds + c];
+    if (row_index[r] >= 0)
+      for (std::int64_t c = 0; c < k; ++c) gpacked[r * k + c] = src[row_index[r] * k + c];
   const std::vector<std::uint16_t> gwant = to_wgmma_k_order(gpacked, grows, k);
-  DeviceArray<std::int32_t> d_row_index(row_index);
-  DeviceArray<std::uint16_t> d_gdst(grows * ldd);
-  ASSERT_EQ(cudaMemset(d_gdst.ptr, 0xAB, d_gdst.count * 2), cudaSuccess);
-  w4a16_to_wgmma_k_order(d_src.ptr, lds, d_gdst.ptr, ldd, grows, k, nullptr, d_row_index.ptr, rows);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<std::uint16_t> ggot = d_gdst.download();
-  for (std::int64_t r = 0; r < grows; ++r)
-    for (std::int64_t c = 0; c < ldd; ++c) {
-      const std::uint16_t expect = c < k ? gwant[r * k + c] : 0xABAB;
-      if (ggot[r * ldd + c] != expect && bad++ < 5)
-        ADD_FAILURE() << "gathered row " << r << " column " << c << ": " << ggot[r * ldd + c]
-                      << " vs " << expect;
-    }
-  EXPECT_EQ(bad, 0);
-  auto expect_error = [&](const char* what, auto&& call) {
-    try {
-      call();
-      ADD_FAILURE() << "expected moekit::Error naming " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  expect_error("k:",
-               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 0, d_dst.ptr, 0, rows, 96, nullptr); });
-  expect_error("lds",
-               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 100, d_dst.ptr, 0, 2, 128, nullptr); });
-  expect_error("src",
-               [&] { w4a16_to_wgmma_k_order(d_src.ptr + 1, 0, d_dst.ptr, 0, 2, 64, nullptr); });
-  expect_error("dst",
-               [&] { w4a16_to_wgmma_k_order(d_src.ptr, 0, d_src.ptr + 64, 0, 2, 64, nullptr); });
-  expect_error("src_rows", [&] {
-    w4a16_to_wgmma_k_order(d_src.ptr, lds, d_gdst.ptr, ldd, grows, k, nullptr, d_row_index.ptr, 0);
-  });
-  expect_error("j:", [&] { w4a16_wgmma_k_source(64); });
+  DeviceArray<std::int32_t> d_row_index(row_index), d_count(std::vector<std::int32_t>{40});
+  DeviceArray<std::uint16_t> d_gdst(grows * k);
+  gather(d_row_index.ptr, grows, nullptr, d_gdst);
+  compare(d_gdst.download(), gwant, "gathered");
+  // Device count 40: rows >= 40 untouched (0xABAB).
+  gather(d_row_index.ptr, grows, d_count.ptr, d_gdst);
+  std::vector<std::uint16_t> capped = gwant;
+  std::fill(capped.begin() + 40 * k, capped.end(), static_cast<std::uint16_t>(0xABAB));
+  compare(d_gdst.download(), capped, "counted");
+  try {
+    cuda::GatherArgs g;
+    g.src = d_src.ptr;
+    g.row_bytes = 96 * 2;  // not a whole number of 64-wide chunks
+    g.max_rows = 2;
+    g.out = d_dst.ptr;
+    g.order = KOrder::kWgmma;
+    cuda::gather_rows(g, nullptr);
+    ADD_FAILURE() << "expected moekit::Error naming order";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("order"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(wgmma_k_source(64), Error);
 }
 
 // GEMM1 (gated) writing its rows in the wgmma K order is BITWISE its natural-order output
@@ -305,49 +308,54 @@ TEST(W4A16Gemm, WgmmaChainInKOrderMatchesNaturalOrderAndLargeTile) {
       DeviceArray<u8> d_w13(w13.shuffled_codes), d_s13(w13.shuffled_scales),
           d_w2(w2.shuffled_codes), d_s2(w2.shuffled_scales);
       DeviceArray<float> d_a13(w13.alpha), d_a2(w2.alpha), d_b1(bias1), d_b2(bias2);
-      W4A16GemmArgs g1;
-      g1.format = f;
-      g1.epilogue = W4Epilogue::kSwigluOai;
+      GroupedGemmArgs g1;
+      g1.scheme = w4a16_scheme(f);
+      g1.epilogue.kind = EpilogueKind::kSwigluOai;
       g1.num_experts = e;
-      g1.m = m;
+      g1.rows = m;
       g1.n = 2 * inter;
       g1.k = h;
       g1.expert_offsets = d_offsets.ptr;
       g1.w = d_w13.ptr;
       g1.w_scales = d_s13.ptr;
-      g1.alpha = f == W4Format::kNVFP4 ? d_a13.ptr : nullptr;
-      g1.bias = d_b1.ptr;
+      g1.w_expert_scale = f == W4Format::kNVFP4 ? d_a13.ptr : nullptr;
+      g1.epilogue.bias = d_b1.ptr;
       g1.out = d_act.ptr;
-      W4A16GemmArgs g2 = g1;
-      g2.epilogue = W4Epilogue::kNone;
+      GroupedGemmArgs g2 = g1;
+      g2.epilogue.kind = EpilogueKind::kNone;
       g2.n = h;
       g2.k = inter;
       g2.a = d_act.ptr;
       g2.w = d_w2.ptr;
       g2.w_scales = d_s2.ptr;
-      g2.alpha = f == W4Format::kNVFP4 ? d_a2.ptr : nullptr;
-      g2.bias = d_b2.ptr;
+      g2.w_expert_scale = f == W4Format::kNVFP4 ? d_a2.ptr : nullptr;
+      g2.epilogue.bias = d_b2.ptr;
       g2.out = d_out.ptr;
-      auto run = [&](const W4A16GemmArgs& g, DeviceArray<std::uint16_t>& out) {
+      auto run = [&](const GroupedGemmArgs& g, const GemmConfig& c,
+                     DeviceArray<std::uint16_t>& out) {
         EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
-        w4a16_grouped_gemm(g);
+        grouped_gemm(g, c);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         return out.download();
       };
       // Large tile, natural order.
-      W4A16GemmArgs l1 = g1, l2 = g2;
-      l1.tile = l2.tile = W4Tile::kLarge;
+      GroupedGemmArgs l1 = g1, l2 = g2;
       l1.a = d_x.ptr;
-      const std::vector<std::uint16_t> act_large = run(l1, d_act), out_large = run(l2, d_out);
-      // wgmma (kAuto on wgmma-order A), natural then wgmma-order output, then GEMM2.
+      const GemmConfig large1 = w4_config(W4Tile::kLarge, e, m, 2 * inter, h, true),
+                       large2 = w4_config(W4Tile::kLarge, e, m, h, inter, false);
+      const std::vector<std::uint16_t> act_large = run(l1, large1, d_act),
+                                       out_large = run(l2, large2, d_out);
+      // wgmma (the rules' choice at these sizes), natural then wgmma-order output, then GEMM2.
       g1.a = d_xw.ptr;
-      g1.a_order = g2.a_order = W4KOrder::kWgmma;
-      EXPECT_EQ(w4a16_resolve_tile(g1), W4Tile::kWgmma);
-      const std::vector<std::uint16_t> act_natural = run(g1, d_act);
-      g1.out_order = W4KOrder::kWgmma;
-      const std::vector<std::uint16_t> act_k = run(g1, d_act);
+      GemmConfig wg1 = tuning::sm90::gemm_config(g1.scheme, e, m, 2 * inter, h, true, true);
+      const GemmConfig wg2 = w4_config(W4Tile::kWgmma, e, m, h, inter, false);
+      EXPECT_EQ(wg1.kernel, GemmKernel::kWgmma) << wg1.str();
+      wg1 = w4_config(W4Tile::kWgmma, e, m, 2 * inter, h, true);
+      const std::vector<std::uint16_t> act_natural = run(g1, wg1, d_act);
+      wg1.out_order = KOrder::kWgmma;
+      const std::vector<std::uint16_t> act_k = run(g1, wg1, d_act);
       EXPECT_EQ(act_k, to_wgmma_k_order(act_natural, m, inter)) << "out_order changed values";
-      const std::vector<std::uint16_t> out_wgmma = run(g2, d_out);
+      const std::vector<std::uint16_t> out_wgmma = run(g2, wg2, d_out);
       const double e1 = rel_l2(act_natural, act_large), e2 = rel_l2(out_wgmma, out_large);
       std::cout << w4_format_name(f) << " m " << m << ": relative L2 to the large tile GEMM1 " << e1
                 << ", GEMM2 " << e2 << "\n";
@@ -360,17 +368,18 @@ TEST(W4A16Gemm, WgmmaChainInKOrderMatchesNaturalOrderAndLargeTile) {
   }
 }
 
-// a_order must be kWgmma exactly for the wgmma tile; out_order kWgmma needs the wgmma tile and an
-// output width that is a multiple of 64; the wgmma tile takes no row_index (TMA reads A's rows in
-// order); wgmma_tokens is one of its token tiles. Each refusal names the argument.
+// out_order kWgmma needs the wgmma kernel and an output width that is a multiple of 64; the W4A16
+// wgmma kernel takes no row_index (TMA reads A's rows in order); its token tile is one of 32, 128,
+// 160, 256. Each refusal names the argument.
 TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   MOEKIT_REQUIRE_GPU();
   DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, 1});
   DeviceArray<std::uint16_t> d_a(128), d_out(128);
   DeviceArray<u8> d_w(16 * 128 / 2), d_s(256);
-  W4A16GemmArgs args;
+  GroupedGemmArgs args;
+  args.scheme = GemmScheme::kW4A16MXFP4;
   args.num_experts = 1;
-  args.m = 1;
+  args.rows = 1;
   args.n = 16;
   args.k = 128;
   args.expert_offsets = d_offsets.ptr;
@@ -378,34 +387,27 @@ TEST(W4A16Gemm, WgmmaKOrderArgumentsAreChecked) {
   args.w = d_w.ptr;
   args.w_scales = d_s.ptr;
   args.out = d_out.ptr;
-  auto expect_error = [&](const W4A16GemmArgs& a, const char* what) {
+  const GemmConfig wgmma = w4_config(W4Tile::kWgmma, 1, 1, 16, 128, false);
+  auto expect_error = [&](const GroupedGemmArgs& a, const GemmConfig& c, const char* what) {
     try {
-      w4a16_grouped_gemm(a);
+      grouped_gemm(a, c);
       ADD_FAILURE() << "expected moekit::Error naming " << what;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  W4A16GemmArgs x = args;
-  x.tile = W4Tile::kWgmma;  // natural A
-  expect_error(x, "a_order");
-  x = args;
-  x.tile = W4Tile::kLarge;
-  x.a_order = W4KOrder::kWgmma;
-  expect_error(x, "a_order");
-  x = args;
-  x.out_order = W4KOrder::kWgmma;  // tile decode8
-  expect_error(x, "out_order");
-  x = args;
-  x.a_order = x.out_order = W4KOrder::kWgmma;  // output width 16
-  expect_error(x, "out_order");
-  x = args;
-  x.a_order = W4KOrder::kWgmma;
+  GemmConfig c = w4_config(W4Tile::kDecode8, 1, 1, 16, 128, false);
+  c.out_order = KOrder::kWgmma;  // decode
+  expect_error(args, c, "out_order");
+  c = wgmma;
+  c.out_order = KOrder::kWgmma;  // output width 16
+  expect_error(args, c, "out_order");
+  GroupedGemmArgs x = args;
   x.row_index = d_offsets.ptr;  // any device array: refused before the launch
-  expect_error(x, "row_index");
-  x = args;
-  x.wgmma_tokens = 64;  // no such token tile
-  expect_error(x, "wgmma_tokens");
+  expect_error(x, wgmma, "row_index");
+  c = wgmma;
+  c.tokens = 64;  // no such token tile
+  expect_error(args, c, "tokens");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -416,11 +418,10 @@ TEST(W4A16Gemm, WgmmaRejectsMisalignedScales) {
   DeviceArray<std::int32_t> d_offsets(std::vector<std::int32_t>{0, 1});
   DeviceArray<std::uint16_t> d_a(64), d_out(16);
   DeviceArray<u8> d_w(512), d_s(128);
-  W4A16GemmArgs args;
-  args.tile = W4Tile::kWgmma;
-  args.a_order = W4KOrder::kWgmma;
+  GroupedGemmArgs args;
+  args.scheme = GemmScheme::kW4A16MXFP4;
   args.num_experts = 1;
-  args.m = 1;
+  args.rows = 1;
   args.n = 16;
   args.k = 64;
   args.expert_offsets = d_offsets.ptr;
@@ -429,7 +430,7 @@ TEST(W4A16Gemm, WgmmaRejectsMisalignedScales) {
   args.w_scales = d_s.ptr + 2;
   args.out = d_out.ptr;
   try {
-    w4a16_grouped_gemm(args);
+    grouped_gemm(args, w4_config(W4Tile::kWgmma, 1, 1, 16, 64, false));
     FAIL() << "expected moekit::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("w_scales"), std::string::npos) << e.what();

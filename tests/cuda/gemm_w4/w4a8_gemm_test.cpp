@@ -1,5 +1,5 @@
-// W4A8 grouped GEMM (moekit/gemm/w4a8.hpp): the weight preparation (host: round trip, exactness
-// refusals) and the SM90 kernel against a float64 reference of the MXFP4 weights times the e4m3
+// W4A8 grouped GEMM (grouped_gemm scheme kW4A8MXFP4; w4a8/sm90_w4a8_weight_layout.hpp): the
+// weight preparation (host: round trip, exactness refusals) and the SM90 kernel against a float64 reference of the MXFP4 weights times the e4m3
 // activations (GPU, skips without a device). Bound: relative L2 < 4e-3 (the weights and the e4m3
 // activations enter the MMA exactly; what remains is the fp32 sum of 256-deep tensor-core
 // partials and the final bf16 rounding, RMS ~ 2^-9 / sqrt 3 ~ 1.1e-3). Seeds are logged
@@ -15,7 +15,8 @@
 
 #include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/w4a8.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
+#include "cuda/gemm/w4a8/sm90_w4a8_weight_layout.hpp"
 
 namespace moekit::gemm {
 namespace {
@@ -116,7 +117,7 @@ u8 random_e4m3(std::mt19937& rng) {
 
 struct Case {
   const char* name;
-  W4Epilogue epi;
+  EpilogueKind epi;
   std::int64_t n, k;
   std::vector<int> rows;  // per expert
   // repeat: A's rows drawn with repeats from a smaller set (what a MoE layer's gather of routed
@@ -129,7 +130,7 @@ void run_case(const Case& c, std::uint32_t seed) {
   SCOPED_TRACE(std::string("case ") + c.name + " seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int e = static_cast<int>(c.rows.size());
-  const bool gated = c.epi != W4Epilogue::kNone;
+  const bool gated = c.epi != EpilogueKind::kNone;
   const std::int64_t n = c.n, k = c.k, width = gated ? n / 2 : n;
   const W4Weights w = w4a8_weights(rng, e, n, k, gated);
   std::vector<u8> pc, ps;
@@ -170,9 +171,9 @@ void run_case(const Case& c, std::uint32_t seed) {
     }
     for (std::int64_t j = 0; j < width; ++j) {
       double v = col[j];
-      if (c.epi == W4Epilogue::kSiluAndMul) {
+      if (c.epi == EpilogueKind::kSiluAndMul) {
         v = col[j] / (1 + std::exp(-col[j])) * col[j + width];
-      } else if (c.epi == W4Epilogue::kSwigluOai) {
+      } else if (c.epi == EpilogueKind::kSwigluOai) {
         const double g = std::min(col[j], limit);
         const double u = std::clamp(col[j + width], -limit, limit);
         v = g / (1 + std::exp(-salpha * g)) * (u + 1);
@@ -194,26 +195,30 @@ void run_case(const Case& c, std::uint32_t seed) {
   DeviceArray<float> d_as(gscale), d_rs(rs), d_bias(bias), d_row_scale(row_scale);
   const int extra_rows = 3;  // must stay poisoned
   DeviceArray<std::uint16_t> d_out((m + extra_rows) * width);
-  W4A8GemmArgs args;
-  args.epilogue = c.epi;
+  GroupedGemmArgs args;
+  args.epilogue.kind = c.epi;
   args.num_experts = e;
-  args.m = m;
+  args.rows = m;
   args.n = n;
   args.k = k;
   args.expert_offsets = d_offsets.ptr;
   args.a = d_a.ptr;
-  args.a_scale = d_as.ptr;
+  args.a_scales = d_as.ptr;
   args.w = d_w.ptr;
   args.w_scales = d_s.ptr;
   args.w_row_scale = d_rs.ptr;
-  args.bias = c.bias ? d_bias.ptr : nullptr;
-  args.row_scale = c.row_scale ? d_row_scale.ptr : nullptr;
+  args.epilogue.bias = c.bias ? d_bias.ptr : nullptr;
+  args.epilogue.row_scale = c.row_scale ? d_row_scale.ptr : nullptr;
   args.out = d_out.ptr;
-  args.max_ctas = c.max_ctas;
+  args.scheme = GemmScheme::kW4A8MXFP4;
+  // The rules' config (the token tile follows the rows per expert), on a capped grid if asked.
+  GemmConfig config = tuning::sm90::gemm_config(args.scheme, e, m, n, k, gated, true);
+  config.max_ctas = c.max_ctas;
+  SCOPED_TRACE(config.str());
   std::vector<std::uint16_t> first;
   for (int rep = 0; rep < 2; ++rep) {
     ASSERT_EQ(cudaMemset(d_out.ptr, 0xFF, d_out.count * 2), cudaSuccess);  // NaN poison
-    w4a8_grouped_gemm(args);
+    grouped_gemm(args, config);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<std::uint16_t> out = d_out.download();
     if (rep == 0) {
@@ -256,14 +261,14 @@ TEST_P(W4A8Gemm, MatchesFloat64Reference) {
 // partial 128-row CTA tile; experts with 0, 1, 32 (narrow tail), 129 (128 + a 1-row tail) and 300
 // rows; all rows to one expert; M = 1; a 3-CTA grid (many units per CTA, the rings cross units).
 const Case kCases[] = {
-    {"plain", W4Epilogue::kNone, 80, 320, {3, 0, 129, 1, 32, 40}, false, false, false, 0},
-    {"plain_repeat_bias", W4Epilogue::kNone, 272, 192, {0, 300, 7, 0, 64, 2}, true, true, true, 0},
-    {"silu", W4Epilogue::kSiluAndMul, 112, 1024, {5, 129, 0, 33, 200}, true, false, true, 0},
-    {"swiglu_bias", W4Epilogue::kSwigluOai, 2 * 136, 192, {17, 0, 140, 1}, true, true, false, 0},
-    {"one_expert", W4Epilogue::kSiluAndMul, 64, 448, {0, 0, 257, 0}, false, true, false, 0},
-    {"m1", W4Epilogue::kNone, 48, 64, {0, 1, 0}, true, false, true, 0},
+    {"plain", EpilogueKind::kNone, 80, 320, {3, 0, 129, 1, 32, 40}, false, false, false, 0},
+    {"plain_repeat_bias", EpilogueKind::kNone, 272, 192, {0, 300, 7, 0, 64, 2}, true, true, true, 0},
+    {"silu", EpilogueKind::kSiluAndMul, 112, 1024, {5, 129, 0, 33, 200}, true, false, true, 0},
+    {"swiglu_bias", EpilogueKind::kSwigluOai, 2 * 136, 192, {17, 0, 140, 1}, true, true, false, 0},
+    {"one_expert", EpilogueKind::kSiluAndMul, 64, 448, {0, 0, 257, 0}, false, true, false, 0},
+    {"m1", EpilogueKind::kNone, 48, 64, {0, 1, 0}, true, false, true, 0},
     {"capped_grid",
-     W4Epilogue::kSiluAndMul,
+     EpilogueKind::kSiluAndMul,
      2 * 80,
      576,
      {90, 130, 3, 0, 260, 31},
@@ -271,23 +276,27 @@ const Case kCases[] = {
      true,
      true,
      3},
-    {"empty", W4Epilogue::kNone, 32, 128, {0, 0, 0}, false, false, false, 0},
+    {"empty", EpilogueKind::kNone, 32, 128, {0, 0, 0}, false, false, false, 0},
     // 96..160 rows per expert: the 160-token tile (161 rows: a 1-row second tile at N = 160).
-    {"tile160", W4Epilogue::kSiluAndMul, 2 * 64, 704, {100, 150, 161, 0, 130}, true, true, true, 0},
-    {"tile160_capped", W4Epilogue::kNone, 96, 192, {120, 97, 140}, false, false, true, 2},
+    {"tile160", EpilogueKind::kSiluAndMul, 2 * 64, 704, {100, 150, 161, 0, 130}, true, true, true, 0},
+    {"tile160_capped", EpilogueKind::kNone, 96, 192, {120, 97, 140}, false, false, true, 2},
 };
 INSTANTIATE_TEST_SUITE_P(All, W4A8Gemm, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 TEST(W4A8Gemm, ValidationNamesTheArgument) {
-  W4A8GemmArgs args;
+  GroupedGemmArgs args;
+  args.scheme = GemmScheme::kW4A8MXFP4;
+  GemmConfig config;
+  config.kernel = GemmKernel::kWgmma;
+  config.tokens = 128;
   args.num_experts = 1;
-  args.m = 4;
+  args.rows = 4;
   args.n = 16;
   args.k = 100;
   auto message = [&] {
     try {
-      w4a8_grouped_gemm(args);
+      grouped_gemm(args, config);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -299,31 +308,38 @@ TEST(W4A8Gemm, ValidationNamesTheArgument) {
   // Never dereferenced: every call below throws before a launch (no GPU needed).
   alignas(16) static u8 buf[4096];
   args.a = buf;
+  args.w = buf;
   args.out = buf;
   EXPECT_NE(message().find("a_scale"), std::string::npos) << message();
-  args.a_scale = reinterpret_cast<const float*>(buf);
-  args.row_index = reinterpret_cast<const std::int32_t*>(buf);  // rows are read in order
-  EXPECT_NE(message().find("row_index"), std::string::npos) << message();
-  args.row_index = nullptr;
-  args.w = buf;
+  args.a_scales = reinterpret_cast<const float*>(buf);
+  EXPECT_NE(message().find("w_scales"), std::string::npos) << message();  // null
   args.w_scales = buf + 8;
-  EXPECT_NE(message().find("w_scales"), std::string::npos) << message();
+  EXPECT_NE(message().find("w_scales"), std::string::npos) << message();  // 8-byte aligned
   args.w_scales = buf;
   EXPECT_NE(message().find("w_row_scale"), std::string::npos) << message();
   args.lda = 136;
   EXPECT_NE(message().find("lda"), std::string::npos) << message();
   args.lda = 0;
   args.w_row_scale = reinterpret_cast<const float*>(buf);
+  args.row_index = reinterpret_cast<const std::int32_t*>(buf);  // rows are read in order
+  EXPECT_NE(message().find("row_index"), std::string::npos) << message();
+  args.row_index = nullptr;
   args.ldo = 8;
   EXPECT_NE(message().find("ldo"), std::string::npos) << message();
   args.ldo = 0;
-  args.epilogue = W4Epilogue::kSwigluOai;
-  args.swiglu_limit = INFINITY;
+  args.epilogue.kind = EpilogueKind::kSwigluOai;
+  args.epilogue.swiglu_limit = INFINITY;
   EXPECT_NE(message().find("swiglu_limit"), std::string::npos) << message();
-  args.swiglu_limit = 7.0f;
-  args.epilogue = static_cast<W4Epilogue>(9);
-  args.m = 0;  // checked before the m == 0 early return
+  args.epilogue.swiglu_limit = 7.0f;
+  args.epilogue.kind = static_cast<EpilogueKind>(9);
+  args.rows = 0;  // checked before the rows == 0 early return
   EXPECT_NE(message().find("epilogue"), std::string::npos) << message();
+  args.epilogue.kind = EpilogueKind::kNone;
+  config.tokens = 32;  // not a W4A8 token tile
+  EXPECT_NE(message().find("config.tokens"), std::string::npos) << message();
+  config.tokens = 128;
+  config.kernel = GemmKernel::kW4Large;  // a W4A16 kernel
+  EXPECT_NE(message().find("config.kernel"), std::string::npos) << message();
 }
 
 }  // namespace

@@ -33,12 +33,14 @@
 // the others <= 4.3e-3.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +50,8 @@
 #include "moekit/moe/random_weights.hpp"
 #include "moekit/moe/reference.hpp"
 #include "moekit/oracle/oracle.hpp"
+#include "moekit/moe/weights.hpp"
+#include "moekit/prepare_finalize/cuda_prepare_finalize.hpp"
 #include "moekit/routing/route_cuda.hpp"
 
 namespace moekit {
@@ -356,6 +360,122 @@ void check_graph_capture(const std::string& preset) {
 TEST(CudaLayer, GraphCaptureReplaysBitwise) {
   MOEKIT_REQUIRE_GPU();
   check_graph_capture("deepseek-v3");  // DeepSeekV3 routing with correction bias
+}
+
+// Expert parallelism inside the CUDA experts: each rank holds only its experts (select_experts of
+// ParallelConfig::local_experts) and receives the whole problem's dispatched activations (the
+// NoEP prepare) with GLOBAL top-k ids; assignments to other ranks' experts contribute nothing.
+// Maps: the contiguous split over 2 ranks and a strided one over 3 (expert g on rank g % 3).
+// Checked per scheme, on qwen3-30b-a3b and gpt-oss-20b (biases: the bf16 / fp8 reduce adds
+// GEMM2's bias by global id) at M = 1, 37 and 300: the sum over ranks of their outputs against the
+// single-device reference within the scheme's bound (each rank's output rounds to bf16 once
+// more), and tokens none of whose experts is on a rank get an exactly zero row there.
+TEST(CudaLayer, ExpertMapDropsOtherRanksExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  std::cout << "seed " << seed << " (MOEKIT_TEST_SEED overrides)\n";
+  for (const char* preset : {"qwen3-30b-a3b", "gpt-oss-20b"}) {
+    const MoeLayerConfig layer = scaled(preset);
+    const int e = layer.num_experts, k = layer.top_k();
+    std::vector<std::vector<std::vector<std::int32_t>>> map_sets(2);
+    for (int r = 0; r < 2; ++r)
+      map_sets[0].push_back(ParallelConfig::expert_parallel(e, 2, r).expert_map);
+    for (int r = 0; r < 3; ++r) {
+      std::vector<std::int32_t> map(static_cast<std::size_t>(e), -1);
+      for (int g = r, l = 0; g < e; g += 3) map[static_cast<std::size_t>(g)] = l++;
+      map_sets[1].push_back(map);
+    }
+    for (const Scheme& s : schemes()) {
+      for (std::int64_t m : {1, 37, 300}) {
+        SCOPED_TRACE(std::string(preset) + " " + std::string(scheme_name(s.weight)) + " M " +
+                     std::to_string(m) + " seed " + std::to_string(seed));
+        const MoeProblem p = make_problem(layer, s, m);
+        if (const std::string why = refusal(s, p); !why.empty()) {
+          std::cout << preset << " " << scheme_name(s.weight) << ": skipped (" << why << ")\n";
+          continue;
+        }
+        const MoeWeights weights = random_moe_weights(layer, p.weight_quant, seed);
+        const Tensor x = random_hidden_states(m, layer.hidden_size, DType::kBF16, seed + 2);
+        Tensor ids(DType::kI32, Shape{m, k}), wts(DType::kF32, Shape{m, k});
+        std::mt19937 rng(seed + 3);
+        for (std::int64_t t = 0; t < m; ++t) {
+          std::vector<int> perm(static_cast<std::size_t>(e));
+          for (int g = 0; g < e; ++g) perm[static_cast<std::size_t>(g)] = g;
+          std::shuffle(perm.begin(), perm.end(), rng);
+          for (int j = 0; j < k; ++j) {
+            ids.ptr<std::int32_t>()[t * k + j] = perm[static_cast<std::size_t>(j)];
+            wts.ptr<float>()[t * k + j] = 0.05f + static_cast<float>(rng() % 100) / 100.0f;
+          }
+        }
+        Tensor ref(DType::kF32, Shape{m, layer.hidden_size});
+        moe_reference_routed(x, ids, wts, layer, weights, ref, reference_options(p));
+        // The whole problem's dispatched activations.
+        auto pf = make_cuda_no_ep_prepare_finalize();
+        const TensorSpec pf_ws = pf->workspace_shape(p);
+        Tensor d_pf_ws(pf_ws.dtype, pf_ws.shape, Device::cuda(0));
+        Tensor d_x(DType::kBF16, x.shape(), Device::cuda(0));
+        Tensor d_ids(DType::kI32, ids.shape(), Device::cuda(0));
+        Tensor d_w(DType::kF32, wts.shape(), Device::cuda(0));
+        copy(d_x, x);
+        copy(d_ids, ids);
+        copy(d_w, wts);
+        const DispatchedActivations in = pf->prepare(p, d_x, d_ids, d_w, {}, d_pf_ws);
+        for (const auto& maps : map_sets) {
+          const int ranks = static_cast<int>(maps.size());
+          SCOPED_TRACE(std::to_string(ranks) + " ranks");
+          std::vector<double> sum(static_cast<std::size_t>(m * layer.hidden_size), 0.0);
+          for (int r = 0; r < ranks; ++r) {
+            MoeProblem pr = p;
+            pr.parallel.ep_size = ranks;
+            pr.parallel.ep_rank = r;
+            pr.parallel.expert_map = maps[static_cast<std::size_t>(r)];
+            const BackendRegistration* reg = BackendRegistry::instance().find(s.backend);
+            ASSERT_NE(reg, nullptr);
+            std::unique_ptr<Experts> base = reg->make_experts(pr);
+            auto* experts = dynamic_cast<ModularExperts*>(base.get());
+            ASSERT_NE(experts, nullptr);
+            ASSERT_TRUE(experts->supports(pr).ok) << experts->supports(pr).reason;
+            experts->prepare_weights(pr, select_experts(weights, pr.parallel.local_experts(e)));
+            const auto ws = experts->workspace_shapes(pr);
+            Tensor ws13(ws.workspace13.dtype, ws.workspace13.shape, Device::cuda(0));
+            Tensor ws2(ws.workspace2.dtype, ws.workspace2.shape, Device::cuda(0));
+            Tensor out(ws.output.dtype, ws.output.shape, Device::cuda(0));
+            if (m > 0) {
+              ASSERT_EQ(cudaMemset(out.data(), 0xFF, out.nbytes()), cudaSuccess);
+            }
+            experts->apply(in, out, ws13, ws2);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::vector<std::uint16_t> bits = to_host_bits(out);
+            for (std::int64_t t = 0; t < m; ++t) {
+              bool any_local = false;
+              for (int j = 0; j < k; ++j)
+                any_local |= pr.parallel.expert_map[static_cast<std::size_t>(
+                                 ids.ptr<std::int32_t>()[t * k + j])] >= 0;
+              for (std::int64_t c = 0; c < layer.hidden_size; ++c) {
+                const std::uint16_t b = bits[static_cast<std::size_t>(t * layer.hidden_size + c)];
+                if (!any_local) {
+                  ASSERT_TRUE(b == 0 || b == 0x8000) << "rank " << r << " token " << t;
+                }  // rows with a local expert are checked through the sum below
+                sum[static_cast<std::size_t>(t * layer.hidden_size + c)] += bf16_value(b);
+              }
+            }
+          }
+          double num = 0, den = 0;
+          bool finite = true;
+          for (std::size_t i = 0; i < sum.size(); ++i) {
+            const double rv = ref.ptr<float>()[i];
+            finite &= std::isfinite(sum[i]);
+            num += (sum[i] - rv) * (sum[i] - rv);
+            den += rv * rv;
+          }
+          EXPECT_TRUE(finite);
+          if (m > 0) {
+            EXPECT_LE(std::sqrt(num / den), s.bound);
+          }
+        }
+      }
+    }
+  }
 }
 
 // Llama4 applies the top-1 router weight on the input (x * w before GEMM1, no weight in the

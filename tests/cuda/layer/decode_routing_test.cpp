@@ -1,6 +1,6 @@
-// The decode GEMMs' fused routing (moekit/gemm/decode_routing.hpp) against the four-kernel path it
+// The decode GEMMs' fused routing (cuda/gemm/decode_routing.hpp) against the four-kernel path it
 // replaces, on the same inputs: permute_by_expert -> GEMM1 (expert_offsets, row_index) -> GEMM2 ->
-// weighted_reduce_bf16. The fused GEMM1's rows, GEMM2's rows and the reduced output must be
+// weighted_reduce. The fused GEMM1's rows, GEMM2's rows and the reduced output must be
 // BITWISE equal to those (the same sort order, the same sums in the same order): W4A16 decode8
 // (both formats, SiLU-and-mul / SwiGLU-OAI with biases) and the bf16 decode config (GEMM1 bias in
 // its epilogue, GEMM2's bias in the reduce). Routings: random, all rows to one expert, ids of other
@@ -8,7 +8,7 @@
 // at 1-3 CTAs (many units per CTA: the completed-block list grows) and a 2-CTA cluster split.
 // The counters start as garbage (GEMM1 clears them) and a second fused run gives the same bits.
 // Then argument validation (each error names the argument).
-#include "moekit/gemm/decode_routing.hpp"
+#include "cuda/gemm/decode_routing.hpp"
 
 #include <gmock/gmock.h>
 
@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda/experts/bf16_experts.hpp"
+#include "cuda/finalize/weighted_reduce.hpp"
+#include "cuda/gemm/grouped_gemm.hpp"
 #include "cuda/gemm_w4/w4a16_test_util.hpp"
 #include "cuda/gpu_test_util.hpp"
+#include "cuda/permute/permute_kernels.hpp"
 #include "moekit/core/error.hpp"
-#include "moekit/gemm/grouped_gemm.hpp"
-#include "moekit/gemm/w4a16.hpp"
 
 namespace moekit {
 namespace {
@@ -34,6 +34,12 @@ using gemm::w4a16_test::DeviceArray;
 using gemm::w4a16_test::float_to_bf16;
 using gemm::w4a16_test::test_seed;
 using u16 = std::uint16_t;
+using gemm::EpilogueKind;
+using gemm::GemmConfig;
+using gemm::GemmKernel;
+using gemm::GemmScheme;
+using gemm::GroupedGemmArgs;
+using gemm::w4a16_test::W4Format;
 
 enum class Ids { kRandom, kOneExpert, kOtherRanks, kNoneRouted };
 
@@ -134,10 +140,37 @@ void expect_same(const Buffers& a, const Buffers& b) {
   EXPECT_EQ(b.counters.download(), std::vector<int>(b.counters.count, 0)) << "counters left zero";
 }
 
+// The four-kernel path's permutation and reduce.
+void permute(const Case& c, Buffers& b) {
+  cuda::PermuteArgs p;
+  p.topk_ids = b.ids.ptr;
+  p.num_assignments = b.rows;
+  p.num_experts = p.num_local_experts = c.experts;
+  p.expert_offsets = b.offsets.ptr;
+  p.sorted_ids = b.sorted.ptr;
+  p.permuted_row = b.prow.ptr;
+  p.top_k = c.top_k;
+  p.sorted_tokens = b.tokens.ptr;
+  cuda::permute_by_expert(p, nullptr);
+}
+void reduce(const Case& c, Buffers& b, const float* bias) {
+  cuda::WeightedReduceArgs r;
+  r.expert_out = b.out2.ptr;
+  r.source_row = b.prow.ptr;
+  r.topk_weights = b.weights.ptr;
+  r.num_tokens = c.tokens;
+  r.top_k = c.top_k;
+  r.hidden = b.h;
+  r.out = b.out.ptr;
+  r.bias = bias;
+  r.topk_ids = bias != nullptr ? b.ids.ptr : nullptr;
+  cuda::weighted_reduce(r, nullptr);
+}
+
 // ---- W4A16 ----
 
-void run_w4a16(const Case& c, gemm::W4Format f, gemm::W4Epilogue epi, std::uint32_t seed) {
-  SCOPED_TRACE(case_name(c) + " format " + gemm::w4_format_name(f) + " epi " +
+void run_w4a16(const Case& c, W4Format f, EpilogueKind epi, std::uint32_t seed) {
+  SCOPED_TRACE(case_name(c) + " format " + gemm::w4a16_test::w4_format_name(f) + " epi " +
                std::to_string(static_cast<int>(epi)) + " seed " + std::to_string(seed));
   constexpr int kH = 256, kI = 192;
   std::mt19937 rng(seed);
@@ -154,48 +187,48 @@ void run_w4a16(const Case& c, gemm::W4Format f, gemm::W4Epilogue epi, std::uint3
   DeviceArray<float> a13(w13.alpha), a2(w2.alpha), db13(b13), db2(b2);
   Buffers ref(c, kH, kI, ids, w, xv), fused(c, kH, kI, ids, w, xv);
   const int rows = ref.rows;
+  const bool nv = f == W4Format::kNVFP4;
 
-  gemm::W4A16GemmArgs g1;
-  g1.format = f;
-  g1.epilogue = epi;
-  g1.tile = gemm::W4Tile::kDecode8;
+  GroupedGemmArgs g1;
+  g1.scheme = gemm::w4a16_test::w4a16_scheme(f);
+  g1.epilogue.kind = epi;
   g1.num_experts = c.experts;
-  g1.m = rows;
+  g1.rows = rows;
   g1.n = 2 * kI;
   g1.k = kH;
-  g1.lda = kH;
-  g1.w = c13.ptr, g1.w_scales = s13.ptr, g1.alpha = a13.ptr, g1.bias = db13.ptr;
-  g1.max_ctas = c.max_ctas;
-  g1.k_split = c.k_split;
-  gemm::W4A16GemmArgs g2 = g1;
-  g2.epilogue = gemm::W4Epilogue::kNone;
+  g1.w = c13.ptr, g1.w_scales = s13.ptr, g1.w_expert_scale = nv ? a13.ptr : nullptr;
+  g1.epilogue.bias = db13.ptr;
+  GroupedGemmArgs g2 = g1;
+  g2.epilogue.kind = EpilogueKind::kNone;
   g2.n = kH;
   g2.k = kI;
-  g2.lda = kI;
-  g2.w = c2.ptr, g2.w_scales = s2.ptr, g2.alpha = a2.ptr, g2.bias = db2.ptr;
+  g2.w = c2.ptr, g2.w_scales = s2.ptr, g2.w_expert_scale = nv ? a2.ptr : nullptr;
+  g2.epilogue.bias = db2.ptr;
   g2.overlap_previous = true;
+  GemmConfig cfg1 = gemm::w4a16_test::w4_config(gemm::w4a16_test::W4Tile::kDecode8, c.experts,
+                                                rows, 2 * kI, kH, true, c.max_ctas, c.k_split);
+  GemmConfig cfg2 = gemm::w4a16_test::w4_config(gemm::w4a16_test::W4Tile::kDecode8, c.experts,
+                                                rows, kH, kI, false, c.max_ctas, c.k_split);
 
   {  // the four-kernel path
-    cuda::detail::permute_by_expert(ref.ids.ptr, rows, c.experts, ref.offsets.ptr, ref.sorted.ptr,
-                                    ref.prow.ptr, nullptr, c.top_k, ref.tokens.ptr);
-    gemm::W4A16GemmArgs a = g1, b = g2;
+    permute(c, ref);
+    GroupedGemmArgs a = g1, b = g2;
     a.expert_offsets = b.expert_offsets = ref.offsets.ptr;
     a.a = ref.x.ptr, a.row_index = ref.tokens.ptr, a.out = ref.act.ptr;
     b.a = ref.act.ptr, b.out = ref.out2.ptr;
-    gemm::w4a16_grouped_gemm(a);
-    gemm::w4a16_grouped_gemm(b);
-    cuda::detail::weighted_reduce_bf16(ref.out2.ptr, ref.prow.ptr, ref.weights.ptr, c.tokens,
-                                       c.top_k, kH, ref.out.ptr, nullptr);
+    gemm::grouped_gemm(a, cfg1);
+    gemm::grouped_gemm(b, cfg2);
+    reduce(c, ref, nullptr);
   }
   for (int rep = 0; rep < 2; ++rep) {  // fused; the second run starts from the left counters
-    gemm::W4A16GemmArgs a = g1, b = g2;
+    GroupedGemmArgs a = g1, b = g2;
     a.a = fused.x.ptr, a.out = fused.act.ptr;
     a.routing = gemm::decode_routing_gemm1(fused.ids.ptr, c.top_k, fused.counters.ptr, kH);
     b.a = fused.act.ptr, b.out = fused.out2.ptr;
     b.routing = gemm::decode_routing_gemm2(fused.ids.ptr, c.top_k, fused.out.ptr, fused.weights.ptr,
                                            nullptr, fused.counters.ptr);
-    gemm::w4a16_grouped_gemm(a);
-    gemm::w4a16_grouped_gemm(b);
+    gemm::grouped_gemm(a, cfg1);
+    gemm::grouped_gemm(b, cfg2);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     SCOPED_TRACE("run " + std::to_string(rep));
     expect_same(ref, fused);
@@ -207,14 +240,14 @@ TEST(DecodeRouting, W4A16FusedEqualsFourKernels) {
   const std::uint32_t seed = test_seed();
   std::cout << "seed " << seed << std::endl;
   for (const Case& c : cases())
-    for (auto f : {gemm::W4Format::kNVFP4, gemm::W4Format::kMXFP4})
-      run_w4a16(c, f, c.top_k % 2 ? gemm::W4Epilogue::kSwigluOai : gemm::W4Epilogue::kSiluAndMul,
+    for (auto f : {W4Format::kNVFP4, W4Format::kMXFP4})
+      run_w4a16(c, f, c.top_k % 2 ? EpilogueKind::kSwigluOai : EpilogueKind::kSiluAndMul,
                 seed + static_cast<std::uint32_t>(c.tokens * 131 + c.experts));
 }
 
 // ---- bf16 decode ----
 
-void run_bf16(const Case& c, Activation kind, std::uint32_t seed) {
+void run_bf16(const Case& c, EpilogueKind kind, std::uint32_t seed) {
   SCOPED_TRACE(case_name(c) + " act " + std::to_string(static_cast<int>(kind)) + " seed " +
                std::to_string(seed));
   constexpr int kH = 264, kI = 136;  // N % 16 == 8 for GEMM2: the bf16 codec's row tails
@@ -229,56 +262,49 @@ void run_bf16(const Case& c, Activation kind, std::uint32_t seed) {
       b2(random_f32(static_cast<std::size_t>(c.experts) * kH, rng));
   Buffers ref(c, kH, kI, ids, w, xv), fused(c, kH, kI, ids, w, xv);
   const int rows = ref.rows;
-  const std::size_t ws =
-      gemm::grouped_gemm_workspace_bytes(gemm::GroupedGemmType::kBF16, c.experts);
+  const std::size_t ws = gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, c.experts);
   DeviceArray<std::uint8_t> d_ws(std::max<std::size_t>(ws, 16));
-  (void)c.max_ctas;  // the bf16 launcher fills the device; the W4A16 cases cap the grid
 
-  gemm::GatedActivationArgs act;
-  act.kind = kind;
-  act.bias = b13.ptr;
-  act.expert_offsets = ref.offsets.ptr;
-  act.num_experts = c.experts;
-  gemm::GroupedGemmArgs g1;
+  GroupedGemmArgs g1;
+  g1.scheme = GemmScheme::kBF16;
+  g1.epilogue.kind = kind;
+  g1.epilogue.bias = b13.ptr;
   g1.num_experts = c.experts;
+  g1.rows = rows;
   g1.n = 2 * kI;
   g1.k = kH;
-  g1.max_rows = rows;
-  g1.lda = kH;
-  g1.b = w13.ptr;
-  g1.gated = &act;
+  g1.w = w13.ptr;
   g1.workspace = d_ws.ptr, g1.workspace_bytes = d_ws.count;
-  g1.config = gemm::GroupedGemmConfig::kDecode;
-  gemm::GroupedGemmArgs g2 = g1;
+  GroupedGemmArgs g2 = g1;
+  g2.epilogue = gemm::GemmEpilogue{};
   g2.n = kH;
   g2.k = kI;
-  g2.lda = kI;
-  g2.b = w2.ptr;
-  g2.gated = nullptr;
+  g2.w = w2.ptr;
   g2.overlap_previous = true;
-  const auto bf16 = gemm::GroupedGemmType::kBF16;
+  GemmConfig cfg;  // the decode kernel, 8 tokens per unit, the register ring (K 136: no TMA)
+  cfg.kernel = GemmKernel::kDecode;
+  cfg.decode_tma = false;
+  cfg.max_ctas = c.max_ctas;
 
   {
-    cuda::detail::permute_by_expert(ref.ids.ptr, rows, c.experts, ref.offsets.ptr, ref.sorted.ptr,
-                                    ref.prow.ptr, nullptr, c.top_k, ref.tokens.ptr);
-    gemm::GroupedGemmArgs a = g1, b = g2;
+    permute(c, ref);
+    GroupedGemmArgs a = g1, b = g2;
     a.expert_offsets = b.expert_offsets = ref.offsets.ptr;
-    a.a = ref.x.ptr, a.row_index = ref.tokens.ptr, a.d = ref.act.ptr;
-    b.a = ref.act.ptr, b.d = ref.out2.ptr;
-    gemm::grouped_gemm(bf16, a);
-    gemm::grouped_gemm(bf16, b);
-    cuda::detail::weighted_reduce_bf16(ref.out2.ptr, ref.prow.ptr, ref.weights.ptr, c.tokens,
-                                       c.top_k, kH, ref.out.ptr, nullptr, b2.ptr, ref.ids.ptr);
+    a.a = ref.x.ptr, a.row_index = ref.tokens.ptr, a.out = ref.act.ptr;
+    b.a = ref.act.ptr, b.out = ref.out2.ptr;
+    gemm::grouped_gemm(a, cfg);
+    gemm::grouped_gemm(b, cfg);
+    reduce(c, ref, b2.ptr);
   }
   for (int rep = 0; rep < 2; ++rep) {
-    gemm::GroupedGemmArgs a = g1, b = g2;
-    a.a = fused.x.ptr, a.d = fused.act.ptr;
+    GroupedGemmArgs a = g1, b = g2;
+    a.a = fused.x.ptr, a.out = fused.act.ptr;
     a.routing = gemm::decode_routing_gemm1(fused.ids.ptr, c.top_k, fused.counters.ptr, kH);
-    b.a = fused.act.ptr, b.d = fused.out2.ptr;
+    b.a = fused.act.ptr, b.out = fused.out2.ptr;
     b.routing = gemm::decode_routing_gemm2(fused.ids.ptr, c.top_k, fused.out.ptr, fused.weights.ptr,
                                            b2.ptr, fused.counters.ptr);
-    gemm::grouped_gemm(bf16, a);
-    gemm::grouped_gemm(bf16, b);
+    gemm::grouped_gemm(a, cfg);
+    gemm::grouped_gemm(b, cfg);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     SCOPED_TRACE("run " + std::to_string(rep));
     expect_same(ref, fused);
@@ -290,8 +316,8 @@ TEST(DecodeRouting, Bf16FusedEqualsFourKernels) {
   const std::uint32_t seed = test_seed();
   std::cout << "seed " << seed << std::endl;
   for (const Case& c : cases()) {
-    if (c.max_ctas != 0 || c.k_split != 0) continue;  // W4A16-only knobs
-    run_bf16(c, c.top_k % 2 ? Activation::kSwigluOai : Activation::kSiluAndMul,
+    if (c.k_split != 0) continue;  // the W4A16 cases' cluster split
+    run_bf16(c, c.top_k % 2 ? EpilogueKind::kSwigluOai : EpilogueKind::kSiluAndMul,
              seed + static_cast<std::uint32_t>(c.tokens * 71 + c.experts));
   }
 }
@@ -311,16 +337,15 @@ TEST(DecodeRouting, ArgumentsAreValidated) {
   MOEKIT_REQUIRE_GPU();
   constexpr int kH = 128, kI = 64, kE = 8;
   std::mt19937 rng(1);
-  const auto w2 = gemm::w4a16_test::random_weights(rng, gemm::W4Format::kMXFP4, kE, kH, kI, false);
+  const auto w2 = gemm::w4a16_test::random_weights(rng, W4Format::kMXFP4, kE, kH, kI, false);
   DeviceArray<std::uint8_t> c2(w2.shuffled_codes), s2(w2.shuffled_scales);
   DeviceArray<std::int32_t> ids(std::vector<std::int32_t>(128, 1)), offsets(kE + 1);
   DeviceArray<u16> a(128 * kI), out(128 * kH), red(128 * kH);
   DeviceArray<int> counters(kH / 16);
-  gemm::W4A16GemmArgs base;
-  base.format = gemm::W4Format::kMXFP4;
-  base.tile = gemm::W4Tile::kDecode8;
+  GroupedGemmArgs base;
+  base.scheme = GemmScheme::kW4A16MXFP4;
   base.num_experts = kE;
-  base.m = 16;
+  base.rows = 16;
   base.n = kH;
   base.k = kI;
   base.a = a.ptr, base.w = c2.ptr, base.w_scales = s2.ptr, base.out = out.ptr;
@@ -328,44 +353,51 @@ TEST(DecodeRouting, ArgumentsAreValidated) {
   base.routing.top_k = 2;
   base.routing.reduce_out = red.ptr;
   base.routing.counters = counters.ptr;
-  auto with = [&](auto edit) {
-    gemm::W4A16GemmArgs x = base;
+  const GemmConfig decode8 =
+      gemm::w4a16_test::w4_config(gemm::w4a16_test::W4Tile::kDecode8, kE, 16, kH, kI, false);
+  auto with = [&](auto edit, GemmConfig cfg) {
+    GroupedGemmArgs x = base;
     edit(x);
-    return [x] { gemm::w4a16_grouped_gemm(x); };
+    return [x, cfg] { gemm::grouped_gemm(x, cfg); };
   };
-  expect_error(with([](auto& x) { x.m = 65; }), {"m: expected <= 64"});
-  expect_error(with([&](auto& x) { x.expert_offsets = offsets.ptr; }),
+  auto with8 = [&](auto edit) { return with(edit, decode8); };
+  expect_error(with8([](auto& x) { x.rows = 65; }), {"rows: expected <= 64"});
+  expect_error(with8([&](auto& x) { x.expert_offsets = offsets.ptr; }),
                {"expert_offsets: expected null with routing.topk_ids"});
-  expect_error(with([](auto& x) { x.routing.top_k = 3; }), {"routing.top_k", "dividing m = 16"});
-  expect_error(with([](auto& x) { x.routing.counters = nullptr; }), {"routing.counters"});
-  expect_error(with([](auto& x) { x.tile = gemm::W4Tile::kMid32; }),
-               {"routing.topk_ids: expected null unless the tile is decode8", "mid32"});
-  expect_error(with([](auto& x) { x.epilogue = gemm::W4Epilogue::kSiluAndMul; }),
+  expect_error(with8([](auto& x) { x.routing.top_k = 3; }), {"routing.top_k", "dividing m = 16"});
+  expect_error(with8([](auto& x) { x.routing.counters = nullptr; }), {"routing.counters"});
+  GemmConfig mid32;
+  mid32.kernel = GemmKernel::kW4Mid32;
+  expect_error(with([](auto&) {}, mid32),
+               {"routing.topk_ids: expected null unless the kernel is decode with 8 tokens"});
+  expect_error(with8([](auto& x) { x.epilogue.kind = EpilogueKind::kSiluAndMul; }),
                {"routing.reduce_out: expected null with a gated epilogue"});
-  expect_error(with([](auto& x) { x.num_experts = 513; }), {"num_experts: expected <= 512"});
-  expect_error(with([&](auto& x) { x.routing.reduce_out = red.ptr + 1; }),
+  expect_error(with8([](auto& x) { x.num_experts = 513; }), {"num_experts: expected <= 512"});
+  expect_error(with8([&](auto& x) { x.routing.reduce_out = red.ptr + 1; }),
                {"routing.reduce_out: expected 16-byte aligned"});
-  expect_error(with([&](auto& x) {
+  expect_error(with8([&](auto& x) {
                  x.routing = gemm::DecodeRouting{};
                  x.routing.reduce_out = x.out;
                  x.expert_offsets = offsets.ptr;
                }),
                {"routing.reduce_out: expected null without routing.topk_ids"});
-  // The bf16 GEMM: routing only with the decode config.
-  DeviceArray<std::uint8_t> d_ws(std::max<std::size_t>(
-      16, gemm::grouped_gemm_workspace_bytes(gemm::GroupedGemmType::kBF16, kE)));
-  gemm::GroupedGemmArgs g;
+  // The bf16 GEMM: routing only on the decode kernel.
+  DeviceArray<std::uint8_t> d_ws(
+      std::max<std::size_t>(16, gemm::grouped_gemm_workspace_bytes(GemmScheme::kBF16, kE)));
+  GroupedGemmArgs g;
+  g.scheme = GemmScheme::kBF16;
   g.num_experts = kE;
   g.n = kH;
   g.k = kI;
-  g.max_rows = 16;
-  g.a = a.ptr, g.b = c2.ptr, g.d = out.ptr;
+  g.rows = 16;
+  g.a = a.ptr, g.w = c2.ptr, g.out = out.ptr;
   g.workspace = d_ws.ptr, g.workspace_bytes = d_ws.count;
-  g.config = gemm::GroupedGemmConfig::kNarrow;
   g.routing.topk_ids = ids.ptr;
   g.routing.top_k = 2;
-  expect_error([g] { gemm::grouped_gemm(gemm::GroupedGemmType::kBF16, g); },
-               {"routing.topk_ids: expected null unless the config is decode", "narrow"});
+  GemmConfig wgmma;
+  wgmma.kernel = GemmKernel::kWgmma;
+  expect_error([g, wgmma] { gemm::grouped_gemm(g, wgmma); },
+               {"routing.topk_ids: expected null unless the kernel is decode", "wgmma"});
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// The device glue of the grouped-GEMM experts (cuda/experts/bf16_experts.hpp), bitwise against a
-// host computation on random inputs (seed logged):
+// The device glue of the grouped-GEMM experts (cuda/permute/permute_kernels.hpp,
+// cuda/finalize/weighted_reduce.hpp), bitwise against a host computation on random inputs (seed
+// logged):
 //   - permute_by_expert: offsets, sorted ids (ascending inside each expert), permuted rows (-1 for
 //     ids outside [0, E)), and the optional sorted_tokens (= sorted_ids / k, GEMM1's row_index);
 //     adversarial routings: every assignment to one expert, empty experts, invalid ids, M = 1;
 //     the one-block and the multi-block path (with scratch, > 2048 assignments).
-//   - weighted_reduce_bf16: out[t] = sum over slots j in order of RN(w[t,j] * row) (separate
+//   - gather_rows: long and short rows, a device row count;
+//   - weighted_reduce (bf16 in and out): out[t] = sum over slots j in order of RN(w[t,j] * row) (separate
 //     multiply and add), rows with permuted_row -1 skipped, weights null = 1; top_k not a
 //     multiple of the kernel's unroll, H not a multiple of its CTA width; M = 0 writes nothing;
 //     with GEMM2's per-expert bias: RN(w[t,j] * RN(row + bias[topk_ids[t,j]])).
@@ -19,7 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/experts/bf16_experts.hpp"
+#include "cuda/finalize/weighted_reduce.hpp"
+#include "cuda/permute/permute_kernels.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/tensor.hpp"
@@ -70,15 +73,22 @@ void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std
   Tensor d_sorted(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
   Tensor d_prow(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
   Tensor d_tok(DType::kI32, Shape{std::max<std::int64_t>(n, 1)}, Device::cuda(0));
-  const std::size_t scratch_bytes = scratch ? cuda::detail::permute_scratch_bytes(n, e) : 0;
+  const std::size_t scratch_bytes = scratch ? cuda::permute_scratch_bytes(n, e) : 0;
   Tensor d_scratch(DType::kU8, Shape{static_cast<std::int64_t>(std::max<std::size_t>(scratch_bytes, 1))},
                    Device::cuda(0));
   for (const Tensor* t : {&d_off, &d_sorted, &d_prow, &d_tok, &d_scratch})
     ASSERT_EQ(cudaMemset(t->data(), 0xA5, t->nbytes()), cudaSuccess);
-  cuda::detail::permute_by_expert(d_ids.ptr<const std::int32_t>(), n, e, d_off.ptr<std::int32_t>(),
-                                  d_sorted.ptr<std::int32_t>(), d_prow.ptr<std::int32_t>(), nullptr,
-                                  k, d_tok.ptr<std::int32_t>(),
-                                  scratch_bytes > 0 ? d_scratch.data() : nullptr);
+  cuda::PermuteArgs p;
+  p.topk_ids = d_ids.ptr<const std::int32_t>();
+  p.num_assignments = n;
+  p.num_experts = p.num_local_experts = e;
+  p.expert_offsets = d_off.ptr<std::int32_t>();
+  p.sorted_ids = d_sorted.ptr<std::int32_t>();
+  p.permuted_row = d_prow.ptr<std::int32_t>();
+  p.top_k = k;
+  p.sorted_tokens = d_tok.ptr<std::int32_t>();
+  p.scratch = scratch_bytes > 0 ? d_scratch.data() : nullptr;
+  cuda::permute_by_expert(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(download<std::int32_t>(d_off), off);
   const auto got_sorted = download<std::int32_t>(d_sorted);
@@ -90,42 +100,6 @@ void check_permute(const std::vector<std::int32_t>& ids, int e, int k, const std
   }
   for (std::int64_t a = 0; a < n; ++a)
     EXPECT_EQ(got_prow[static_cast<std::size_t>(a)], prow[static_cast<std::size_t>(a)]) << a;
-}
-
-// Where the wgmma config's GEMM1 gathers its rows itself (host rule, no GPU): by default the bf16
-// 160r256 tile only (E >= 256 with >= 96 rows per expert: deepseek-v3 / kimi-k2 from ~3072
-// tokens), never fp8, never few experts or few rows per expert; MOEKIT_WGMMA_ROW_GATHER=0 / 1
-// forces either, and any other value is an error naming the variable, expected and actual value.
-TEST(ExpertsGlueCuda, WgmmaRowGatherRule) {
-  using cuda::wgmma_gathers_rows;
-  EXPECT_TRUE(wgmma_gathers_rows(-1, false, 256, 4096 * 8));   // deepseek-v3 4096: 128 per expert
-  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 384, 4096 * 8));  // kimi-k2 4096: 85 per expert
-  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 384, 4000 * 8));  // 83 rows per expert
-  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 256, 95 * 256));  // below 96 rows per expert
-  EXPECT_TRUE(wgmma_gathers_rows(-1, false, 256, 96 * 256));
-  EXPECT_FALSE(wgmma_gathers_rows(-1, true, 256, 4096 * 8));   // fp8: slower, never by default
-  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 128, 4096 * 4));  // gpt-oss 4096: the 160 tile
-  EXPECT_FALSE(wgmma_gathers_rows(-1, false, 256, 0));
-  EXPECT_TRUE(wgmma_gathers_rows(1, true, 8, 64));
-  EXPECT_FALSE(wgmma_gathers_rows(0, false, 256, 4096 * 8));
-  {
-    test::ScopedEnv unset("MOEKIT_WGMMA_ROW_GATHER", "");
-    EXPECT_EQ(cuda::wgmma_row_gather_from_env(), -1);
-  }
-  {
-    test::ScopedEnv on("MOEKIT_WGMMA_ROW_GATHER", "1");
-    EXPECT_EQ(cuda::wgmma_row_gather_from_env(), 1);
-  }
-  test::ScopedEnv bad("MOEKIT_WGMMA_ROW_GATHER", "yes");
-  try {
-    cuda::wgmma_row_gather_from_env();
-    ADD_FAILURE() << "no error for MOEKIT_WGMMA_ROW_GATHER=yes";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MOEKIT_WGMMA_ROW_GATHER: expected 0 or 1"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("yes"), std::string::npos) << e.what();
-  }
 }
 
 TEST(ExpertsGlueCuda, PermuteByExpertWithSortedTokens) {
@@ -181,8 +155,15 @@ TEST(ExpertsGlueCuda, GatherRowsMatchesHost) {
     const Tensor d_used = upload(std::vector<std::int32_t>{used}, DType::kI32);
     Tensor d_out(DType::kU8, Shape{max_rows * row_bytes}, Device::cuda(0));
     ASSERT_EQ(cudaMemset(d_out.data(), 0xA5, d_out.nbytes()), cudaSuccess);
-    cuda::detail::gather_rows(d_src.data(), row_bytes, d_sorted.ptr<const std::int32_t>(), k,
-                              max_rows, d_used.ptr<const std::int32_t>(), d_out.data(), nullptr);
+    cuda::GatherArgs g;
+    g.src = d_src.data();
+    g.row_bytes = row_bytes;
+    g.sorted_ids = d_sorted.ptr<const std::int32_t>();
+    g.top_k = k;
+    g.max_rows = max_rows;
+    g.num_rows = d_used.ptr<const std::int32_t>();
+    g.out = d_out.data();
+    cuda::gather_rows(g, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got = download<std::uint8_t>(d_out);
     std::int64_t bad = 0;
@@ -253,11 +234,17 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
                    d_bias = upload(bias, DType::kF32);
       Tensor d_out(DType::kBF16, Shape{static_cast<std::int64_t>(m) * h}, Device::cuda(0));
       ASSERT_EQ(cudaMemset(d_out.data(), 0xA5, d_out.nbytes()), cudaSuccess);
-      cuda::detail::weighted_reduce_bf16(d_src.data(), d_prow.ptr<const std::int32_t>(),
-                                         weighted ? d_w.ptr<const float>() : nullptr, m, k, h,
-                                         d_out.data(), nullptr,
-                                         biased ? d_bias.ptr<const float>() : nullptr,
-                                         biased ? d_ids.ptr<const std::int32_t>() : nullptr);
+      cuda::WeightedReduceArgs r;
+      r.expert_out = d_src.data();
+      r.source_row = d_prow.ptr<const std::int32_t>();
+      r.topk_weights = weighted ? d_w.ptr<const float>() : nullptr;
+      r.num_tokens = m;
+      r.top_k = k;
+      r.hidden = h;
+      r.out = d_out.data();
+      r.bias = biased ? d_bias.ptr<const float>() : nullptr;
+      r.topk_ids = biased ? d_ids.ptr<const std::int32_t>() : nullptr;
+      cuda::weighted_reduce(r, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got = download<std::uint16_t>(d_out);
       std::int64_t bad = 0;
@@ -270,7 +257,12 @@ TEST(ExpertsGlueCuda, WeightedReduceMatchesHostInSlotOrder) {
   // M = 0: nothing launched, nothing written.
   Tensor d_out(DType::kBF16, Shape{8}, Device::cuda(0));
   ASSERT_EQ(cudaMemset(d_out.data(), 0x5A, d_out.nbytes()), cudaSuccess);
-  cuda::detail::weighted_reduce_bf16(d_out.data(), nullptr, nullptr, 0, 4, 8, d_out.data(), nullptr);
+  cuda::WeightedReduceArgs r;
+  r.expert_out = d_out.data();
+  r.top_k = 4;
+  r.hidden = 8;
+  r.out = d_out.data();
+  cuda::weighted_reduce(r, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (const auto x : download<std::uint16_t>(d_out)) EXPECT_EQ(x, 0x5A5A);
 }

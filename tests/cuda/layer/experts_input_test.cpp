@@ -1,9 +1,9 @@
 // The GEMM1 input contract of the bf16-activation CUDA experts (cuda_bf16_grouped,
 // cuda_w4a16_grouped) with the NoEP prepare: with the router weight on the input (Llama4) the
 // prepare hands f32 rows x * w (as the CPU NoEP does) and the experts round them to bf16 with
-// detail::round_input_rows; anywhere else an f32 input is refused, naming in.a1q.values.
-//   - round_input_rows is bitwise equal to the host float_to_bf16 (RN-even, NaN kept quiet) on
-//     random values, ties, subnormals, infinities and NaNs; bf16 input passes through untouched.
+// cuda::convert_rows; anywhere else an f32 input is refused, naming in.a1q.values.
+//   - convert_rows f32 -> bf16 is bitwise equal to the host float_to_bf16 (RN-even, NaN kept
+//     quiet) on random values, ties, subnormals, infinities and NaNs.
 //   - f32 values without weight-on-input routing: moekit::Error naming in.a1q.values.
 #include <cuda_runtime_api.h>
 
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/experts/bf16_experts.hpp"
-#include "cuda/experts/w4a16_experts.hpp"
+#include "cuda/experts/sm90_grouped_experts.hpp"
+#include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "cuda/gpu_test_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/moe/layer_config.hpp"
@@ -36,7 +36,7 @@ std::uint32_t to_bits(float f) {
   return u;
 }
 
-TEST(CudaExpertsInput, RoundInputRowsMatchesHostBf16Rounding) {
+TEST(CudaExpertsInput, ConvertRowsMatchesHostBf16Rounding) {
   MOEKIT_REQUIRE_GPU();
   const std::uint64_t seed = process_test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -59,9 +59,7 @@ TEST(CudaExpertsInput, RoundInputRowsMatchesHostBf16Rounding) {
   copy(d_src, src);
   Tensor d_out(DType::kBF16, Shape{m, h}, Device::cuda(0));
   ASSERT_EQ(cudaMemset(d_out.data(), 0xFF, d_out.nbytes()), cudaSuccess);
-  const void* got =
-      cuda::detail::round_input_rows(d_src.view(), m, h, d_out.data(), /*stream=*/nullptr);
-  EXPECT_EQ(got, d_out.data());
+  cuda::convert_rows(d_src.view(), d_out.view(), /*stream=*/nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Tensor out(DType::kBF16, Shape{m, h});
   copy(out, d_out);
@@ -75,19 +73,6 @@ TEST(CudaExpertsInput, RoundInputRowsMatchesHostBf16Rounding) {
                     << " -> 0x" << have << ", want 0x" << want;
   }
   EXPECT_EQ(mismatches, 0);
-
-  // bf16 values pass through: the same pointer, nothing written.
-  Tensor d_bf16(DType::kBF16, Shape{m, h}, Device::cuda(0));
-  EXPECT_EQ(cuda::detail::round_input_rows(d_bf16.view(), m, h, d_out.data(), nullptr),
-            d_bf16.data());
-  // Anything else is refused, naming the argument.
-  Tensor d_i32(DType::kI32, Shape{m, h}, Device::cuda(0));
-  try {
-    cuda::detail::round_input_rows(d_i32.view(), m, h, d_out.data(), nullptr);
-    ADD_FAILURE() << "expected moekit::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("in.a1q.values"), std::string::npos) << e.what();
-  }
 }
 
 // f32 GEMM1 input where the routing does not apply the weight on the input: refused before any
@@ -107,8 +92,8 @@ TEST(CudaExpertsInput, F32InputWithoutWeightOnInputIsRefused) {
     p.weight_quant.scheme = w;
     p.activation_dtype = DType::kBF16;
     ASSERT_FALSE(p.apply_router_weight_on_input());
-    auto experts = w == QuantScheme::kBF16 ? cuda::make_bf16_grouped_experts(p)
-                                           : cuda::make_w4a16_grouped_experts(p);
+    auto experts = cuda::make_sm90_grouped_experts(
+        p, w == QuantScheme::kBF16 ? gemm::GemmScheme::kBF16 : gemm::GemmScheme::kW4A16NVFP4);
     ASSERT_TRUE(experts->supports(p).ok) << experts->supports(p).reason;
     const MoeWeights weights = random_moe_weights(layer, p.weight_quant, seed);
     experts->prepare_weights(p, weights);
