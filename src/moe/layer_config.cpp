@@ -44,7 +44,7 @@ const std::vector<MoeLayerConfig>& presets() {
   static const std::vector<MoeLayerConfig> all = [] {
     std::vector<MoeLayerConfig> v;
     v.push_back(make("tiny", 8, 2, 256, 512, 0, RoutingMethod::kRenormalizeNaive));
-    // performance.md: "Default (softmax->topk), renormalized" = softmax -> top-k -> renormalize.
+    // RenormalizeNaive (docs/performance.md, Presets) = softmax -> top-k -> renormalize.
     v.push_back(make("mixtral-8x7b", 8, 2, 4096, 14336, 0, RoutingMethod::kRenormalizeNaive));
     v.push_back(make("qwen3-30b-a3b", 128, 8, 2048, 768, 0, RoutingMethod::kRenormalizeNaive));
     v.push_back(make("qwen3-235b-a22b", 128, 8, 4096, 1536, 0, RoutingMethod::kRenormalizeNaive));
