@@ -71,10 +71,6 @@ class CpuEpOps final : public EpOps {
     for (std::int64_t a = 0; a < rows.numel(); ++a)
       rows.ptr<std::int32_t>()[a] = static_cast<std::int32_t>(a);
   }
-  void permutation(const TensorView& topk_ids, const TensorView& expert_map, int e_local,
-                   const PermutationView& out, StreamHandle) override {
-    compute_permutation(topk_ids, expert_map, e_local, 1, out);
-  }
   void scatter_batched(const TensorView& src, const PermutationView& p, int top_k,
                        const TensorView& out, const TensorView& expert_num_tokens,
                        StreamHandle) override {
@@ -99,12 +95,6 @@ class CpuEpOps final : public EpOps {
         std::memcpy(o + (e * t_max + i) * rb, s + t * rb, rb);
       }
     }
-  }
-  void batched_rows(const TensorView& topk_ids, const TensorView& expert_map,
-                    const PermutationView& p, std::int64_t t_max, const TensorView& batched_row,
-                    StreamHandle) override {
-    ::moekit::batched_rows(topk_ids, expert_map, p.permuted_row, p.expert_offsets, t_max,
-                           batched_row);
   }
 };
 

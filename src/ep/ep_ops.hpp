@@ -39,18 +39,12 @@ class EpOps {
                                 StreamHandle stream) = 0;
   // rows[a] = a for a in [0, rows.numel()).
   virtual void iota(const TensorView& rows, StreamHandle stream) = 0;
-  // The batched format of received tokens (block_size 1): the permutation of topk_ids by local
-  // expert, the scatter of src rows into [E_local, T_max, ...] (+ expert_num_tokens) and the
-  // batched row of every (token, slot) (-1 where not local), as permute.hpp defines them.
-  virtual void permutation(const TensorView& topk_ids, const TensorView& expert_map,
-                           int num_local_experts, const PermutationView& out,
-                           StreamHandle stream) = 0;
+  // The batched format: out[e, i, :] = src[token of the i-th assignment of local expert e] per
+  // `permutation` (device copies of a host-computed compute_permutation, block_size 1), zero
+  // bytes past expert_num_tokens[e] (written).
   virtual void scatter_batched(const TensorView& src, const PermutationView& permutation,
                                int top_k, const TensorView& out,
                                const TensorView& expert_num_tokens, StreamHandle stream) = 0;
-  virtual void batched_rows(const TensorView& topk_ids, const TensorView& expert_map,
-                            const PermutationView& permutation, std::int64_t t_max,
-                            const TensorView& batched_row, StreamHandle stream) = 0;
 };
 
 std::unique_ptr<EpOps> make_cpu_ep_ops();
