@@ -98,7 +98,10 @@ class AllToAllPrepareFinalize final : public EpPrepareFinalizeBase {
     const TensorView weights =
         exchange(topk_weights, send_index, p.send_weights, p.recv_weights, stream);
 
-    // 3. The combine plan needs the received ids on the host (and so does the batched layout).
+    // 3. The combine plan needs the received ids on the host (and so does the batched layout):
+    // wait for the exchange first with the communicator's bounded wait (a dead peer must not
+    // hang the device->host copy).
+    comm_->synchronize(stream);
     recv_ids_.resize(static_cast<std::size_t>(received_ * k));
     ops_->download(recv_ids_.data(), ids.data, recv_ids_.size() * 4, stream);
     DispatchedActivations d;

@@ -84,8 +84,9 @@ class CudaEpOps final : public EpOps {
       launch_gather<std::uint8_t>(src.data, idx, out.data, rows, rb, as_stream(stream));
   }
   void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) override {
+    // cudaMemcpyDefault: a static input scale may still live on the host (weights in place).
     if (bytes)
-      MOEKIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+      MOEKIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream)));
   }
   void zero(void* dst, std::size_t bytes, StreamHandle stream) override {
     if (bytes) MOEKIT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, as_stream(stream)));
