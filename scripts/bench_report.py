@@ -183,8 +183,8 @@ def main():
            "each GPU. Method, floor and ceilings: [docs/performance.md](../docs/performance.md). "
            "Floor/time is the fraction of the floor max(weight bytes / copy bandwidth, FLOPs / "
            "tensor peak) reached; x cuBLAS is the in-run cuBLAS bf16 per-expert baseline's time "
-           "over ours (> 1: faster than cuBLAS). Config: the grouped-GEMM config kAuto picked "
-           "(bf16 / fp8), or the 4-bit backend.", "",
+           "over ours (> 1: faster than cuBLAS). Config: the GEMM1 kernel config the tuning rules "
+           "picked (docs/tuning.md).", "",
            f"Runs: " + "; ".join(f"{r['gpu']['name']} `{r['path']}`" for r in runs) + ".", "",
            "![floor fraction per preset, scheme and token count](results_heatmap.png)", "",
            "([SVG](results_heatmap.svg))", ""]

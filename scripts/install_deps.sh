@@ -11,6 +11,10 @@ command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 [ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
+# MPI (expert parallelism over processes, and the NCCL bootstrap; docs/expert_parallel.md).
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+[ -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || [ -f /usr/include/mpi.h ] ||
+  [ -n "$(find /usr/lib -path '*openmpi/include/mpi.h' -print -quit 2>/dev/null)" ] || need+=(libopenmpi-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install_deps: apt-get install ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -24,5 +28,11 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "install_deps: pip install nvidia-cutlass==4.2.0.0 into .deps/cutlass"
     python3 -m pip install -q --no-deps --disable-pip-version-check --target .deps/cutlass \
       nvidia-cutlass==4.2.0.0 || echo "install_deps: CUTLASS unavailable; CUTLASS kernels will be skipped"
+  fi
+  # NCCL (GPU expert parallelism): headers and libnccl.so.2 from the PyPI wheel, like CUTLASS.
+  if [ ! -f .deps/nccl/nvidia/nccl/include/nccl.h ]; then
+    echo "install_deps: pip install nvidia-nccl-cu13==2.32.6 into .deps/nccl"
+    python3 -m pip install -q --no-deps --disable-pip-version-check --target .deps/nccl \
+      nvidia-nccl-cu13==2.32.6 || echo "install_deps: NCCL unavailable; GPU expert parallelism will be skipped"
   fi
 fi

@@ -40,8 +40,8 @@ void validate_bench_options(const BenchOptions& options);
 void run_bench(const BenchOptions& options);
 
 // GEMM level (`moekit bench --gemm`, bf16 only; quants, backend and baseline are ignored): for
-// each preset and token count, the experts' GEMM1 and GEMM2 alone per grouped-GEMM config (decode,
-// narrow, wide; kAuto's pick marked) in CUDA graphs with L2-cold weights, against the floor
+// each preset and token count, the experts' GEMM1 and GEMM2 alone per kernel (decode,
+// CUTLASS narrow and wide, wgmma; the tuning rules' pick marked) in CUDA graphs with L2-cold weights, against the floor
 // touched weight bytes / in-run copy bandwidth (bench_gemm.cpp).
 void run_gemm_bench(const BenchOptions& options);
 

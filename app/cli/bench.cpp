@@ -12,6 +12,7 @@
 #include "moekit/core/error.hpp"
 #if MOEKIT_WITH_CUDA
 #include "bench/bench.hpp"
+#include "bench/ep_bench.hpp"
 #endif
 
 namespace {
@@ -41,6 +42,8 @@ struct Args {
   std::uint64_t seed = 1;
   bool no_baseline = false;
   bool gemm = false;
+  int ep = 1;                          // --ep N: app/bench/ep_bench.cpp (under mpirun)
+  std::string dispatch = "naive,a2a";
 };
 
 void setup_bench(CLI::App& sub) {
@@ -59,10 +62,27 @@ void setup_bench(CLI::App& sub) {
   sub.add_option("--seed", args->seed, "Seed of weights, inputs and routing")->capture_default_str();
   sub.add_flag("--no-baseline", args->no_baseline, "Skip the cuBLAS per-expert baseline");
   sub.add_flag("--gemm", args->gemm,
-               "GEMM level: the bf16 grouped GEMMs alone per kernel config (decode, narrow, wide) "
+               "GEMM level: the bf16 grouped GEMMs alone per kernel (decode, CUTLASS narrow / wide, wgmma) "
                "against the copy bandwidth");
+  sub.add_option("--ep", args->ep, "Expert parallel over N GPU ranks (mpirun -np N): tokens are "
+                 "per rank; reports per-rank time, communication share, bytes vs bus bandwidth");
+  sub.add_option("--dispatch", args->dispatch, "With --ep: comma-separated naive,a2a");
   sub.callback([args] {
 #if MOEKIT_WITH_CUDA
+    if (args->ep > 1) {
+      moekit::bench::EpBenchOptions e;
+      e.presets = split(args->presets);
+      e.quants = split(args->quants);
+      e.dispatch = split(args->dispatch);
+      e.tokens.clear();
+      for (const auto& t : split(args->tokens)) e.tokens.push_back(std::stoll(t));
+      e.ep = args->ep;
+      e.reps = args->reps;
+      e.seed = args->seed;
+      e.json_path = args->json;
+      moekit::bench::run_ep_bench(e);
+      return;
+    }
     moekit::bench::BenchOptions o;
     o.presets = split(args->presets);
     o.quants = split(args->quants);

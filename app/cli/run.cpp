@@ -9,6 +9,7 @@
 #include "moekit/core/error.hpp"
 #include "moekit/io/moe_loader.hpp"
 #include "moekit/moe/layer_config.hpp"
+#include "run/ep_run.hpp"
 #include "run/run_job.hpp"
 #include "moekit/oracle/oracle.hpp"
 
@@ -35,6 +36,7 @@ void use_checkpoint_problem(const std::string& dir, moekit::MoeProblem& problem)
 void setup_run(CLI::App& sub) {
   auto opt = std::make_shared<moekit::RunJobOptions>();
   auto json = std::make_shared<bool>(false);
+  auto ep = std::make_shared<moekit::EpRunOptions>();
   std::string presets;
   for (const auto& n : moekit::layer_preset_names()) presets += (presets.empty() ? "" : "|") + n;
   std::string backends = "auto";
@@ -67,7 +69,21 @@ void setup_run(CLI::App& sub) {
   sub.add_option("--output", opt->output,
                  "Replay: write output [M,H], topk_ids and topk_weights to this safetensors file");
   sub.add_flag("--json", *json, "Print the report as JSON");
-  sub.callback([opt, json] {
+  sub.add_option("--ep", ep->ep, "Expert parallel over N ranks (mpirun -np N; docs/expert_parallel.md)");
+  sub.add_option("--dispatch", ep->dispatch, "With --ep: auto|naive|a2a")->capture_default_str();
+  sub.add_flag("--low-latency", ep->low_latency, "With --ep: batched low-latency dispatch (a2a)");
+  sub.callback([opt, json, ep] {
+    if (ep->ep > 1) {  // app/run/ep_run.cpp: the sharded layer; rank 0 reports and checks
+      ep->job = *opt;
+      const moekit::EpRunReport r = moekit::run_ep_job(*ep);
+      if (!r.is_rank0) return;
+      std::fputs((*json ? r.json() + "\n" : r.text()).c_str(), stdout);
+      std::fflush(stdout);
+      if (!r.run.pass)
+        MOEKIT_FAIL("run --ep: check FAILED: relative L2 ", r.run.relative_l2, " vs bound ",
+                    r.run.bound, " (backend ", r.run.backend, ", dispatch ", r.dispatch, ")");
+      return;
+    }
     // The backend comes from the oracle: --backend, else MOEKIT_BACKEND, else the priority list
     // restricted to what run_job executes; an unknown or refused backend fails with the reason.
     moekit::MoeProblem problem =

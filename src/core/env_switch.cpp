@@ -1,6 +1,7 @@
 // moekit::env (env_switch.hpp).
 #include "core/env_switch.hpp"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "moekit/core/error.hpp"
@@ -36,6 +37,17 @@ std::optional<std::int64_t> integer(const char* name, std::int64_t lo, std::int6
   if (!ok) throw_arg_error("environment", name, expected, s);
   const std::int64_t x = std::stoll(s);
   if (x < lo || x > hi) throw_arg_error("environment", name, expected, s);
+  return x;
+}
+
+std::optional<double> real(const char* name, double lo, double hi) {
+  const std::optional<std::string> v = value(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0' || !std::isfinite(x) || x <= lo || x > hi)
+    throw_arg_error("environment", name,
+                    ::moekit::detail::concat("unset or a number in (", lo, ", ", hi, "]"), *v);
   return x;
 }
 

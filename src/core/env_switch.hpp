@@ -20,4 +20,7 @@ std::optional<std::string> choice(const char* name, const std::vector<std::strin
 // A decimal integer in [lo, hi] (no sign for lo >= 0, no trailing characters), or nullopt.
 std::optional<std::int64_t> integer(const char* name, std::int64_t lo, std::int64_t hi);
 
+// A decimal number in (lo, hi] (strtod syntax, finite, no trailing characters), or nullopt.
+std::optional<double> real(const char* name, double lo, double hi);
+
 }  // namespace moekit::env

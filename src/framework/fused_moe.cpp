@@ -117,7 +117,7 @@ Support FusedMoEKernel::supports(const MoeProblem& problem) const {
   chunk.num_tokens = chunk_tokens(problem);
   Support s = prepare_finalize_->supports(chunk);
   if (!s) return Support::no("PrepareFinalize '" + prepare_finalize_->name() + "': " + s.reason);
-  s = experts_->supports(chunk);
+  s = experts_->supports(prepare_finalize_->experts_problem(chunk));
   if (!s) return Support::no("Experts '" + experts_->name() + "': " + s.reason);
   return s;
 }
@@ -125,7 +125,7 @@ Support FusedMoEKernel::supports(const MoeProblem& problem) const {
 std::size_t FusedMoEKernel::workspace_bytes(const MoeProblem& problem) const {
   MoeProblem chunk = problem;
   chunk.num_tokens = chunk_tokens(problem);
-  const auto shapes = experts_->workspace_shapes(chunk);
+  const auto shapes = experts_->workspace_shapes(prepare_finalize_->experts_problem(chunk));
   const std::size_t topk = static_cast<std::size_t>(chunk.num_tokens * chunk.top_k()) * 4;
   return aligned(prepare_finalize_->workspace_shape(chunk).nbytes()) +
          aligned(shapes.workspace13.nbytes()) + aligned(shapes.workspace2.nbytes()) +
@@ -133,7 +133,7 @@ std::size_t FusedMoEKernel::workspace_bytes(const MoeProblem& problem) const {
 }
 
 FusedMoEKernel::Pieces FusedMoEKernel::carve(void* base) const {
-  const auto shapes = experts_->workspace_shapes(problem_);
+  const auto shapes = experts_->workspace_shapes(prepare_finalize_->experts_problem(problem_));
   const TensorSpec pf = prepare_finalize_->workspace_shape(problem_);
   const Device dev = device();
   auto* p = static_cast<unsigned char*>(base);
@@ -161,7 +161,8 @@ void FusedMoEKernel::prepare(const MoeProblem& problem, const MoeWeights& weight
                 s.reason);
   problem_ = problem;
   problem_.num_tokens = chunk_tokens(problem);
-  experts_->prepare_weights(problem_, weights, stream);
+  prepare_finalize_->setup(problem_, stream);
+  experts_->prepare_weights(prepare_finalize_->experts_problem(problem_), weights, stream);
   a1_static_scale_ = {};
   const QuantScheme a = problem.activation_quant.scheme;
   if (weights.a13_scale.defined() &&
@@ -185,6 +186,15 @@ void FusedMoEKernel::prepare(const MoeProblem& problem, const MoeWeights& weight
   prepared_ = true;
 }
 
+void FusedMoEKernel::check_collective_rows(std::int64_t m) const {
+  // Every rank must run the same number of collective steps: one chunk per apply.
+  if (!prepare_finalize_->collective()) return;
+  MOEKIT_CHECK_ARG(m <= problem_.num_tokens, "x rows (expert-parallel kernel)",
+                   "<= " + std::to_string(problem_.num_tokens) +
+                       " (the prepared tokens per rank: every rank runs one chunk per apply)",
+                   m);
+}
+
 void FusedMoEKernel::run_modular_chunk(const TensorView& x, const TensorView& topk_ids,
                                        const TensorView& topk_weights, const TensorView& output,
                                        const Pieces& ws, StreamHandle stream) {
@@ -195,7 +205,11 @@ void FusedMoEKernel::run_modular_chunk(const TensorView& x, const TensorView& to
   chunk.num_tokens = m;
   const DispatchedActivations d =
       pf.prepare(chunk, x, topk_ids, topk_weights, a1_static_scale_, ws.pf_ws, stream);
-  const TensorSpec out_spec = ex.workspace_shapes(chunk).output;
+  // The experts' output for the dispatched tokens (this rank's own tokens without expert
+  // parallelism).
+  MoeProblem experts_chunk = pf.experts_problem(problem_);
+  experts_chunk.num_tokens = d.num_tokens;
+  const TensorSpec out_spec = ex.workspace_shapes(experts_chunk).output;
   const ReducePolicy policy = resolve_reduce_policy(ex.reduce_policy(), ex.activation_format());
   // Where finalize would only copy the experts' output into `output`, they write it there (not
   // when output overlaps x: experts may read x while they write their output).
@@ -237,6 +251,7 @@ void FusedMoEKernel::apply(const TensorView& x, const TensorView& topk_ids,
                    dtype_name(problem_.activation_dtype), dtype_name(output.dtype));
   const Pieces ws = carve(workspace_.data);
   const std::int64_t c = problem_.num_tokens;
+  check_collective_rows(m);
   for (std::int64_t b = 0; b < m || (m == 0 && b == 0); b += c) {
     const std::int64_t rows = std::min(c, m - b);
     run_modular_chunk(row_slice(x, b, rows), row_slice(topk_ids, b, rows),
@@ -262,6 +277,7 @@ void FusedMoEKernel::apply_logits(const TensorView& x, const TensorView& router_
   const Pieces ws = carve(workspace_.data);
   const std::int64_t c = problem_.num_tokens;
   const int k = problem_.top_k();
+  check_collective_rows(m);
   for (std::int64_t b = 0; b < m || (m == 0 && b == 0); b += c) {
     const std::int64_t rows = std::min(c, m - b);
     const TensorView xs = row_slice(x, b, rows), ls = row_slice(router_logits, b, rows);

@@ -36,47 +36,9 @@ inline MoeLayerConfig small_layer(RoutingMethod method, Activation act, int e = 
   return c;
 }
 
-inline Tensor slice_experts(const Tensor& t, const std::vector<int>& experts) {
-  if (!t.defined()) return {};
-  std::vector<std::int64_t> dims = t.shape().vec();
-  const std::size_t per = static_cast<std::size_t>(t.numel() / dims[0]) * dtype_size(t.dtype());
-  dims[0] = static_cast<std::int64_t>(experts.size());
-  Tensor out(t.dtype(), Shape(dims));
-  for (std::size_t i = 0; i < experts.size(); ++i)
-    std::memcpy(static_cast<char*>(out.data()) + i * per,
-                static_cast<const char*>(t.data()) + static_cast<std::size_t>(experts[i]) * per,
-                per);
-  return out;
-}
-
-inline QuantizedTensor slice_experts(const QuantizedTensor& q, const std::vector<int>& experts) {
-  QuantizedTensor r;
-  r.config = q.config;
-  r.values = slice_experts(q.values, experts);
-  r.scales = slice_experts(q.scales, experts);
-  r.global_scale = slice_experts(q.global_scale, experts);
-  return r;
-}
-
 // The local experts of a rank (expert_map >= 0), in local order.
 inline MoeWeights local_weights(const MoeWeights& w, const ParallelConfig& p) {
-  std::vector<int> experts(static_cast<std::size_t>(p.num_local_experts(w.num_experts)));
-  for (std::size_t g = 0; g < p.expert_map.size(); ++g)
-    if (p.expert_map[g] >= 0)
-      experts[static_cast<std::size_t>(p.expert_map[g])] = static_cast<int>(g);
-  MoeWeights l;
-  l.num_experts = static_cast<int>(experts.size());
-  l.hidden_size = w.hidden_size;
-  l.intermediate_size = w.intermediate_size;
-  l.quant = w.quant;
-  l.gated = w.gated;
-  l.w13 = slice_experts(w.w13, experts);
-  l.w2 = slice_experts(w.w2, experts);
-  l.w13_bias = slice_experts(w.w13_bias, experts);
-  l.w2_bias = slice_experts(w.w2_bias, experts);
-  l.a13_scale = slice_experts(w.a13_scale, experts);
-  l.a2_scale = slice_experts(w.a2_scale, experts);
-  return l;
+  return select_experts(w, p.local_experts(w.num_experts));
 }
 
 // Index of the first element whose bits differ, or -1. f32 vs f32, or bf16 vs f32 reference

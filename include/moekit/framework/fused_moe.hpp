@@ -80,6 +80,7 @@ class FusedMoEKernel {
  private:
   struct Pieces;
   Pieces carve(void* base) const;
+  void check_collective_rows(std::int64_t m) const;
   void run_modular_chunk(const TensorView& x, const TensorView& topk_ids,
                          const TensorView& topk_weights, const TensorView& output, const Pieces& ws,
                          StreamHandle stream);

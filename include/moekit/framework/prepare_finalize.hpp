@@ -21,6 +21,16 @@ class PrepareFinalize {
   virtual std::int64_t max_tokens_per_rank() const { return 0; }  // batched: see Experts
   virtual int num_dispatchers() const { return 0; }
   virtual Support supports(const MoeProblem& problem) const = 0;
+  // Called once by FusedMoEKernel::prepare, after supports() accepted the (chunk) problem.
+  // Expert-parallel implementations are collective here: every rank must call it (they check
+  // that all ranks prepared the same problem and agree on who owns which expert).
+  virtual void setup(const MoeProblem& problem, StreamHandle stream = nullptr) {}
+  // The problem the paired Experts see: tokens after dispatch (an expert-parallel rank computes
+  // the tokens of every rank) and the same layer. Default: the chunk problem itself.
+  virtual MoeProblem experts_problem(const MoeProblem& chunk) const { return chunk; }
+  // True when prepare/finalize are collectives across ranks: every rank must then call apply()
+  // once per step with at most problem.num_tokens rows (one chunk), even with no tokens.
+  virtual bool collective() const { return false; }
   // Scratch for prepare+finalize of problem.num_tokens tokens (quantized activations, dispatch
   // maps); it must stay untouched between prepare and the matching finalize.
   virtual TensorSpec workspace_shape(const MoeProblem& problem) const = 0;

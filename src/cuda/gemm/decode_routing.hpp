@@ -10,7 +10,7 @@
 //
 // The sort gives the positions of permute.hpp (rows grouped by expert, ascending assignment index
 // inside an expert: what permute_by_expert writes), and the reduce the operations and order of
-// weighted_reduce_bf16, so a fused apply() is bitwise equal to the four-kernel one.
+// cuda::weighted_reduce (finalize/weighted_reduce.hpp), so a fused apply() is bitwise equal to the four-kernel one.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct DecodeRouting {
   bool a_by_token = false;
   // Weighted top-k reduce (plain epilogue only): reduce_out[t, c] = bf16(sum_j w[t, j] *
   // (out[row(t, j), c] + reduce_bias[e(t, j), c])) over the routed slots j in slot order, f32,
-  // each product and sum rounded as weighted_reduce_bf16 does. `out` (sorted rows) is still
+  // each product and sum rounded as cuda::weighted_reduce does. `out` (sorted rows) is still
   // written. Null: off.
   void* reduce_out = nullptr;           // device bf16 [tokens, n], 16-byte aligned
   const float* topk_weights = nullptr;  // device f32 [tokens, top_k]; null = every weight 1

@@ -64,7 +64,10 @@ std::string wgmma_tile_name(WgmmaTile t) {
   return "?";
 }
 
-int wgmma_k_source(int j) { return 2 * (8 * (j / 2 % 4) + j / 8) + j % 2; }
+int wgmma_k_source(int j) {
+  MOEKIT_CHECK_ARG(j >= 0 && j < 64, "j", "a column of a 64-wide chunk, in [0, 64)", j);
+  return 2 * (8 * (j / 2 % 4) + j / 8) + j % 2;
+}
 
 std::string GemmConfig::str() const {
   std::string s = gemm_kernel_name(kernel);
@@ -121,6 +124,12 @@ void check(const GroupedGemmArgs& a, const GemmConfig& c) {
       "a kernel compiled into this build (the CUTLASS kernels need the CUTLASS headers: run "
       "scripts/install_deps.sh and reconfigure)",
       gemm_kernel_name(c.kernel));
+  const bool decode = c.kernel == GemmKernel::kDecode, wgmma = c.kernel == GemmKernel::kWgmma;
+  arg(c.k_split >= 0 && c.k_split <= 8 && (c.k_split <= 1 || decode), "config.k_split",
+      "in [0, 8] (> 1 only for the decode kernel)", c.k_split);
+  arg(c.max_ctas >= 0, "config.max_ctas", ">= 0", c.max_ctas);
+  arg(c.decode_tma_ctas >= 0 && c.decode_tma_ctas <= 8, "config.decode_tma_ctas", "in [0, 8]",
+      c.decode_tma_ctas);
   arg(a.num_experts >= 1, "num_experts", ">= 1", a.num_experts);
   arg(a.epilogue.kind <= EpilogueKind::kSwigluOai, "epilogue.kind",
       "none, silu_and_mul or swiglu_oai", static_cast<int>(a.epilogue.kind));
@@ -174,7 +183,6 @@ void check(const GroupedGemmArgs& a, const GemmConfig& c) {
   arg(w4 || a.epilogue.row_scale == nullptr, "epilogue.row_scale", "null (4-bit schemes only)",
       a.epilogue.row_scale);
   // What each kernel fuses.
-  const bool decode = c.kernel == GemmKernel::kDecode, wgmma = c.kernel == GemmKernel::kWgmma;
   if (bf16_fp8) {
     arg(a.epilogue.bias == nullptr || a.epilogue.gated(), "epilogue.bias",
         "null unless gated (bf16 / fp8: GEMM2's bias belongs to the weighted reduce)",
@@ -195,11 +203,6 @@ void check(const GroupedGemmArgs& a, const GemmConfig& c) {
       "config.out_order",
       "natural unless the kernel is the W4A16 wgmma and the output width a multiple of 64",
       "wgmma");
-  arg(c.k_split >= 0 && c.k_split <= 8 && (c.k_split <= 1 || decode), "config.k_split",
-      "in [0, 8] (> 1 only for the decode kernel)", c.k_split);
-  arg(c.max_ctas >= 0, "config.max_ctas", ">= 0", c.max_ctas);
-  arg(c.decode_tma_ctas >= 0 && c.decode_tma_ctas <= 8, "config.decode_tma_ctas", "in [0, 8]",
-      c.decode_tma_ctas);
   if (wgmma && is_w4a16(s)) {
     arg(c.tokens == 32 || c.tokens == 128 || c.tokens == 160 || c.tokens == 256, "config.tokens",
         "32, 128, 160 or 256 (W4A16 wgmma)", c.tokens);

@@ -109,7 +109,7 @@ std::string wgmma_tile_name(WgmmaTile t);  // "128n", "144n", "160", "160r256"
 // shuffle (lane t of a warp holds K [16t, 16t + 16) of a chunk): stored column j of a chunk holds
 //     k = 2 (8 (j / 2 % 4) + j / 8) + j % 2          (wgmma_k_source)
 // so that the kernel copies A into shared memory without a permutation. The permute module's
-// gather writes it (cuda/permute/gather.hpp), and a W4A16 wgmma GEMM1 writes GEMM2's rows in it.
+// gather writes it (cuda/permute/permute_kernels.hpp), and a W4A16 wgmma GEMM1 writes GEMM2's rows in it.
 enum class KOrder : std::uint8_t { kNatural, kWgmma };
 int wgmma_k_source(int j);  // the natural k (0..63) at column j (0..63) of a kWgmma chunk
 

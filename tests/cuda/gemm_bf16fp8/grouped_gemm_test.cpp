@@ -433,7 +433,8 @@ TEST_P(GroupedGemm, WgmmaRowIndexMatchesGatheredRows) {
     GroupedGemmArgs a;
     a.scheme = t;
     a.num_experts = E, a.n = n, a.k = K, a.rows = rows;
-    a.expert_offsets = d_off.get(), a.w = b, a.out = d.get(), a.w_scales = b_scales;
+    a.expert_offsets = d_off.get(), a.w = b, a.out = d.get();
+    a.w_scales = fp8 ? b_scales : nullptr;
     a.a = indexed ? static_cast<const void*>(d_src.get()) : d_gathered.get();
     a.lda = indexed ? lda : K;
     a.row_index = indexed ? d_index.get() : nullptr;

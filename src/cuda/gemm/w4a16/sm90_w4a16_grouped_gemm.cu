@@ -49,7 +49,7 @@ using Decode16 = DecodeConfig<2, 1, 2, 4, 8>;
 // bytes (from HBM) per chunk (the 16 x 16 config: 4x), and dequantizes each
 // weight fragment once for 16 tokens. v5 run: 17-25% faster than 16 x 16
 // wherever chosen, still slower than mid32 at 16 rows/expert (Mixtral M = 64
-// 481 vs 428 us) and decode8 at <= 8: kAuto does not pick decode16.
+// 481 vs 428 us) and decode8 at <= 8: the tuning rules never pick decode16.
 using Decode16Wide = DecodeConfig<4, 4, 2, 2, 3>;
 // mid32: 128 rows x 32 tokens, 4 warps each 32 rows x 32 tokens, activations
 // through shared memory (v4 sweep, Mixtral M = 64: 276 + 154 us vs decode16's
