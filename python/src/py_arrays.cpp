@@ -1,0 +1,223 @@
+#include "py_arrays.hpp"
+
+#include <sstream>
+
+#include "moekit/core/error.hpp"
+
+namespace moekit::py {
+
+namespace {
+
+// DLPack type codes (dlpack.h DLDataTypeCode); plain numbers so that older nanobind releases,
+// whose dtype_code enum lacks the float8 entries, build too.
+constexpr std::uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4,
+                       kDLFloat8E4M3FN = 10, kDLFloat8E8M0FNU = 14;
+// DLPack device types.
+constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3;
+
+std::string dlpack_dtype_label(const nb::dlpack::dtype& t) {
+  std::ostringstream os;
+  switch (t.code) {
+    case kDLInt: os << "int" << int(t.bits); break;
+    case kDLUInt: os << "uint" << int(t.bits); break;
+    case kDLFloat: os << "float" << int(t.bits); break;
+    case kDLBfloat: os << "bfloat" << int(t.bits); break;
+    case kDLFloat8E4M3FN: os << "float8_e4m3fn"; break;
+    case kDLFloat8E8M0FNU: os << "float8_e8m0fnu"; break;
+    default: os << "dlpack dtype code " << int(t.code) << " bits " << int(t.bits);
+  }
+  if (t.lanes != 1) os << "x" << int(t.lanes);
+  return os.str();
+}
+
+bool is_byte_type(DType t) {
+  return t == DType::kE4M3 || t == DType::kE8M0 || t == DType::kE2M1x2 || t == DType::kU8;
+}
+
+}  // namespace
+
+std::string dtype_label(DType t) {
+  switch (t) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kE4M3: return "float8_e4m3fn";
+    case DType::kE8M0: return "float8_e8m0fnu (or uint8)";
+    case DType::kE2M1x2: return "uint8 (packed fp4 e2m1, two per byte)";
+    case DType::kU8: return "uint8";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+  }
+  return "?";
+}
+
+std::string device_label(const Device& d) {
+  return d.is_host() ? std::string("cpu") : "cuda:" + std::to_string(d.index);
+}
+
+std::string shape_label(const std::vector<std::int64_t>& s) {
+  std::ostringstream os;
+  os << '(';
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) os << ", ";
+    if (s[i] < 0)
+      os << '*';
+    else
+      os << s[i];
+  }
+  if (s.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
+
+std::string shape_label(const Shape& s) { return shape_label(s.vec()); }
+
+void value_error(const std::string& name, const std::string& expected, const std::string& actual) {
+  throw nb::value_error((name + ": expected " + expected + ", got " + actual).c_str());
+}
+
+void type_error(const std::string& name, const std::string& expected, const std::string& actual) {
+  throw nb::type_error((name + ": expected " + expected + ", got " + actual).c_str());
+}
+
+ArrayArg import_array(nb::handle obj, const char* name, bool optional) {
+  ArrayArg a;
+  if (obj.is_none()) {
+    if (optional) return a;
+    type_error(name, "an array", "None");
+  }
+  nb::ndarray<> writable;
+  if (nb::try_cast(obj, writable, false)) {
+    a.array = Array(writable);
+  } else if (!nb::try_cast(obj, a.array, false)) {
+    // Read-only arrays (a numpy view of a bytes object) cast to Array only.
+    type_error(name,
+               "an array supporting DLPack or the buffer protocol (torch.Tensor, jax.Array, "
+               "cupy.ndarray, numpy.ndarray)",
+               std::string(nb::type_name(obj.type()).c_str()));
+  }
+  const Array& arr = a.array;
+  const nb::dlpack::dtype dt = arr.dtype();
+  if (dt.lanes != 1) value_error(std::string(name) + " dtype", "a scalar type", dlpack_dtype_label(dt));
+  DType t;
+  switch (dt.code) {
+    case kDLInt:
+      if (dt.bits == 32) { t = DType::kI32; break; }
+      if (dt.bits == 64) { t = DType::kI64; break; }
+      goto bad_dtype;
+    case kDLUInt:
+      if (dt.bits == 8) { t = DType::kU8; break; }
+      if (dt.bits == 16) { t = DType::kBF16; a.bf16_bits = true; break; }
+      goto bad_dtype;
+    case kDLFloat:
+      if (dt.bits == 32) { t = DType::kF32; break; }
+      if (dt.bits == 16) { t = DType::kF16; break; }
+      goto bad_dtype;
+    case kDLBfloat:
+      if (dt.bits == 16) { t = DType::kBF16; break; }
+      goto bad_dtype;
+    case kDLFloat8E4M3FN:
+      t = DType::kE4M3;
+      break;
+    case kDLFloat8E8M0FNU:
+      t = DType::kE8M0;
+      break;
+    default:
+    bad_dtype:
+      value_error(std::string(name) + " dtype",
+                  "one of float32, float16, bfloat16 (or uint16 bfloat16 bits), float8_e4m3fn, "
+                  "float8_e8m0fnu, uint8, int32, int64",
+                  dlpack_dtype_label(dt));
+  }
+  Device dev;
+  switch (arr.device_type()) {
+    case kDLCPU:
+    case kDLCUDAHost:
+      dev = Device::host();
+      break;
+    case kDLCUDA:
+      dev = Device::cuda(arr.device_id());
+      break;
+    default:
+      value_error(std::string(name) + " device", "cpu or cuda",
+                  "DLPack device type " + std::to_string(arr.device_type()));
+  }
+  const int ndim = static_cast<int>(arr.ndim());
+  if (ndim > Shape::kMaxRank)
+    value_error(std::string(name) + " rank", "<= " + std::to_string(Shape::kMaxRank),
+                std::to_string(ndim));
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(ndim)), strides(shape.size());
+  for (int i = 0; i < ndim; ++i) {
+    shape[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(arr.shape(static_cast<std::size_t>(i)));
+    strides[static_cast<std::size_t>(i)] = arr.stride(static_cast<std::size_t>(i));
+  }
+  std::int64_t acc = 1, numel = 1;
+  bool contiguous = true;
+  for (int i = ndim - 1; i >= 0; --i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (shape[u] != 1 && strides[u] != acc) contiguous = false;
+    acc *= shape[u];
+    numel *= shape[u];
+  }
+  if (!contiguous && numel > 1)
+    value_error(std::string(name) + " layout",
+                "a contiguous row-major array (call .contiguous() / numpy.ascontiguousarray)",
+                "strides " + shape_label(strides) + " for shape " + shape_label(shape));
+  a.view = TensorView(const_cast<void*>(arr.data()), t, Shape(shape), dev);
+  return a;
+}
+
+void expect_dtype(ArrayArg& a, const char* name, std::initializer_list<DType> allowed) {
+  const DType got = a.view.dtype;
+  for (DType d : allowed) {
+    if (d == got && !(a.bf16_bits && d != DType::kBF16)) return;
+    if (got == DType::kU8 && is_byte_type(d)) {
+      a.view.dtype = d;  // uint8 stands for the byte type the argument expects
+      return;
+    }
+  }
+  std::string expected;
+  for (DType d : allowed) expected += (expected.empty() ? "" : " or ") + dtype_label(d);
+  value_error(std::string(name) + " dtype", expected,
+              a.bf16_bits ? std::string("uint16") : dtype_label(got));
+}
+
+void expect_rank(const ArrayArg& a, const char* name, int rank) {
+  if (a.view.rank() != rank)
+    value_error(std::string(name) + " shape", "a " + std::to_string(rank) + "-D array",
+                shape_label(a.view.shape));
+}
+
+void expect_shape(const ArrayArg& a, const char* name, const std::vector<std::int64_t>& shape) {
+  bool ok = a.view.rank() == static_cast<int>(shape.size());
+  for (std::size_t i = 0; ok && i < shape.size(); ++i)
+    ok = shape[i] < 0 || a.view.shape[static_cast<int>(i)] == shape[i];
+  if (!ok) value_error(std::string(name) + " shape", shape_label(shape), shape_label(a.view.shape));
+}
+
+void expect_device(const ArrayArg& a, const char* name, const Device& device) {
+  if (!(a.view.device == device))
+    value_error(std::string(name) + " device", device_label(device), device_label(a.view.device));
+}
+
+nb::object empty_array(const std::vector<std::int64_t>& shape, DType dtype, Device device) {
+  Shape s(shape);
+  auto* buffer = new Buffer(static_cast<std::size_t>(s.numel()) * dtype_size(dtype), device);
+  nb::capsule owner(buffer, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
+  std::vector<std::size_t> dims(shape.begin(), shape.end());
+  nb::dlpack::dtype dt{};
+  dt.lanes = 1;
+  switch (dtype) {
+    case DType::kF32: dt.code = kDLFloat; dt.bits = 32; break;
+    case DType::kF16: dt.code = kDLFloat; dt.bits = 16; break;
+    case DType::kBF16: dt.code = kDLBfloat; dt.bits = 16; break;
+    case DType::kI32: dt.code = kDLInt; dt.bits = 32; break;
+    case DType::kI64: dt.code = kDLInt; dt.bits = 64; break;
+    default: dt.code = kDLUInt; dt.bits = 8; break;  // byte types travel as uint8
+  }
+  nb::ndarray<> arr(buffer->data(), dims.size(), dims.data(), owner, nullptr, dt,
+                    device.is_host() ? kDLCPU : kDLCUDA, device.index);
+  return nb::cast(arr, nb::rv_policy::reference);
+}
+
+}  // namespace moekit::py
