@@ -225,12 +225,28 @@ class Layer {
     return select_backend(p, caps, o);
   }
 
+  std::size_t workspace_bytes(const std::string& device_text, const std::string& dtype,
+                              std::int64_t max_tokens, const std::string& backend) const {
+    const Device device = parse_device(device_text, "device");
+    if (max_tokens < 1) value_error("max_tokens", ">= 1", std::to_string(max_tokens));
+    const MoeProblem p = problem_for(device, dtype, max_tokens);
+    const BackendSelection sel = select(p, device, backend);
+    return make_moe_kernel(sel.backend, p).workspace_bytes(p);
+  }
+
+  // workspace: optional caller-owned uint8 array on `device` (shared by layers); used when it is
+  // large enough, else the kernel allocates its own.
   void prepare(const std::string& device_text, const std::string& dtype, std::int64_t max_tokens,
-               const std::string& backend, std::uintptr_t stream) {
+               const std::string& backend, nb::handle workspace, std::uintptr_t stream) {
     const Device device = parse_device(device_text, "device");
     if (max_tokens < 1) value_error("max_tokens", ">= 1", std::to_string(max_tokens));
     MoeProblem p = problem_for(device, dtype, max_tokens);
     BackendSelection sel = select(p, device, backend);
+    ArrayArg ws = import_array(workspace, "workspace", true);
+    if (ws.defined()) {
+      expect_dtype(ws, "workspace", {DType::kU8});
+      expect_device(ws, "workspace", device);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     nb::gil_scoped_release release;
     kernel_.reset();
@@ -238,7 +254,8 @@ class Layer {
 #if MOEKIT_WITH_CUDA
     if (device.is_cuda()) kernel->set_router(route_cuda);
 #endif
-    kernel->prepare(p, weights_, {}, stream_of(stream));
+    const bool use_ws = ws.defined() && ws.view.nbytes() >= kernel->workspace_bytes(p);
+    kernel->prepare(p, weights_, use_ws ? ws.view : TensorView{}, stream_of(stream));
     correction_bias_device_ = Tensor();
     if (correction_bias_.defined() && device.is_cuda()) {
       correction_bias_device_ = Tensor(DType::kF32, correction_bias_.shape(), device);
@@ -578,8 +595,10 @@ nb::dict oracle(const nb::dict& config, std::int64_t tokens, const std::string& 
 void register_layer(nb::module_& m) {
   nb::class_<Layer>(m, "Layer")
       .def(nb::init<const nb::dict&, const nb::dict&>(), nb::arg("config"), nb::arg("weights"))
+      .def("workspace_bytes", &Layer::workspace_bytes, nb::arg("device"), nb::arg("dtype"),
+           nb::arg("max_tokens"), nb::arg("backend"))
       .def("prepare", &Layer::prepare, nb::arg("device"), nb::arg("dtype"), nb::arg("max_tokens"),
-           nb::arg("backend"), nb::arg("stream") = 0)
+           nb::arg("backend"), nb::arg("workspace").none(), nb::arg("stream") = 0)
       .def("explain", &Layer::explain, nb::arg("device"), nb::arg("dtype"), nb::arg("tokens"),
            nb::arg("backend") = "auto")
       .def("apply", &Layer::apply, nb::arg("x"), nb::arg("topk_ids"), nb::arg("topk_weights"),

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "core/device_runtime.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/parallel.hpp"
 #include "moekit/oracle/backend.hpp"
@@ -105,6 +106,12 @@ NB_MODULE(_C, m) {
   m.def("empty", &empty, nb::arg("shape"), nb::arg("dtype"), nb::arg("device"),
         "An owning uninitialized array (moekit dtype name: f32|bf16|e4m3|...) on 'cpu' or "
         "'cuda:0', exported through DLPack.");
+  m.def("synchronize", [] {
+    if (moekit::device_runtime::compiled_with_cuda() && moekit::device_runtime::device_count() > 0) {
+      nb::gil_scoped_release release;
+      moekit::device_runtime::synchronize();
+    }
+  }, "Waits for all work on the current CUDA device (no-op without CUDA).");
   register_quant(m);
   register_layer(m);
 }
