@@ -58,9 +58,13 @@ def _split(scheme: str, layout: Optional[str], rule: Optional[str]):
     scheme = parts[0]
     for p in parts[1:]:
         if p in LAYOUTS:
-            layout = layout or p
+            if layout is not None and layout != p:
+                raise ValueError(f"layout: expected the layout of scheme '{'/'.join(parts)}' ({p}), got '{layout}'")
+            layout = p
         elif p in RULES:
-            rule = rule or p
+            if rule is not None and rule != p:
+                raise ValueError(f"rule: expected the rule of scheme '{'/'.join(parts)}' ({p}), got '{rule}'")
+            rule = p
         else:
             raise ValueError(f"scheme: expected <scheme>[/<layout>][/<rule>], got '{'/'.join(parts)}'")
     return scheme, layout or "linear", rule or "rceil"
@@ -70,7 +74,8 @@ def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-def quant_shapes(shape: Sequence[Any], scheme: str, layout: str = "linear", rule: str = "rceil") -> QuantShapes:
+def quant_shapes(shape: Sequence[Any], scheme: str, layout: Optional[str] = None,
+                 rule: Optional[str] = None) -> QuantShapes:
     """Output shapes and dtypes of ``quantize`` for an input of ``shape`` ((M, K) or (B, M, K)),
     without running it. Works on symbolic sizes."""
     scheme, layout, rule = _split(scheme, layout, rule)
@@ -150,16 +155,17 @@ def _static_scale(fw, global_scale, x, batch: int):
 def quantize(
     x: Any,
     scheme: str,
-    layout: str = "linear",
+    layout: Optional[str] = None,
     backend: str = "auto",
     global_scale: Any = None,
-    rule: str = "rceil",
+    rule: Optional[str] = None,
 ) -> Quantized:
     """Quantizes x ((M, K) or (B, M, K); float32, float16 or bfloat16) into ``scheme``.
 
     scheme: bf16 | fp8_tensor | fp8_token | fp8_1x128 | fp8_block | mxfp8 | nvfp4 | nvfp4_token |
-    mxfp4. layout (block-scaled schemes): linear | swizzled_128x4 | swizzled_8x4. rule (MX
-    schemes): rceil | floor. backend: auto (x's device) | cpu | cuda; both give the same bytes.
+    mxfp4, optionally with "/<layout>" and "/<rule>" ("nvfp4/swizzled_128x4"). layout
+    (block-scaled schemes): linear (default) | swizzled_128x4 | swizzled_8x4. rule (MX schemes):
+    rceil (default) | floor. backend: auto (x's device) | cpu | cuda; both give the same bytes.
     global_scale: optional static per-matrix scale ((B,) / (1,) float32, or a number): the ENCODE
     global scale for nvfp4, the DECODE scale for fp8_tensor.
     Returns ``Quantized(values, scales, global_scale)`` in x's framework (shapes and dtypes from

@@ -149,6 +149,8 @@ def _quantize_op(x: torch.Tensor, scheme: str, layout: str, rule: str,
 @_quantize_op.register_fake
 def _(x, scheme, layout, rule, global_scale):
     fw = framework()
+    layout = layout or None
+    rule = rule or None
     s = _quant.quant_shapes(tuple(x.shape), scheme, layout, rule)
     outs = []
     for spec in s:
@@ -164,7 +166,7 @@ def quantize_op(x, scheme, layout, global_scale, rule) -> _quant.Quantized:
     if isinstance(global_scale, (int, float)):
         global_scale = torch.full((x.shape[0] if x.dim() == 3 else 1,), float(global_scale),
                                   dtype=torch.float32, device=x.device)
-    v, s, g = torch.ops.moekit.quantize(x, scheme, layout, rule, global_scale)
+    v, s, g = torch.ops.moekit.quantize(x, scheme, layout, rule, global_scale)  # resolved names
     spec = _quant.quant_shapes(tuple(x.shape), scheme, layout, rule)
     return _quant.Quantized(v, None if spec.scales is None else s,
                             None if spec.global_scale is None else g, scheme, layout, rule)

@@ -200,24 +200,128 @@ void expect_device(const ArrayArg& a, const char* name, const Device& device) {
     value_error(std::string(name) + " device", device_label(device), device_label(a.view.device));
 }
 
-nb::object empty_array(const std::vector<std::int64_t>& shape, DType dtype, Device device) {
-  Shape s(shape);
-  auto* buffer = new Buffer(static_cast<std::size_t>(s.numel()) * dtype_size(dtype), device);
-  nb::capsule owner(buffer, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
-  std::vector<std::size_t> dims(shape.begin(), shape.end());
-  nb::dlpack::dtype dt{};
-  dt.lanes = 1;
-  switch (dtype) {
-    case DType::kF32: dt.code = kDLFloat; dt.bits = 32; break;
-    case DType::kF16: dt.code = kDLFloat; dt.bits = 16; break;
-    case DType::kBF16: dt.code = kDLBfloat; dt.bits = 16; break;
-    case DType::kI32: dt.code = kDLInt; dt.bits = 32; break;
-    case DType::kI64: dt.code = kDLInt; dt.bits = 64; break;
-    default: dt.code = kDLUInt; dt.bits = 8; break;  // byte types travel as uint8
+namespace {
+
+// The DLPack ABI (dlpack.h, v0.8 unversioned capsules), spelled out so that the exported objects
+// do not depend on the nanobind release's choice of Python type for ndarrays.
+struct DLDevice {
+  std::int32_t device_type;
+  std::int32_t device_id;
+};
+struct DLDataType {
+  std::uint8_t code;
+  std::uint8_t bits;
+  std::uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  std::int32_t ndim;
+  DLDataType dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;
+  std::uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+
+// One exported view: the managed tensor, its shape, and a reference to the owning OwnedArray.
+struct ExportContext {
+  DLManagedTensor managed{};
+  std::vector<std::int64_t> shape;
+  PyObject* owner = nullptr;
+};
+
+void export_deleter(DLManagedTensor* m) {
+  auto* ctx = static_cast<ExportContext*>(m->manager_ctx);
+  PyGILState_STATE g = PyGILState_Ensure();  // consumers may free without the GIL
+  Py_XDECREF(ctx->owner);
+  PyGILState_Release(g);
+  delete ctx;
+}
+
+void capsule_destructor(PyObject* capsule) {
+  // A capsule still named "dltensor" was never consumed: free it here.
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
   }
-  nb::ndarray<> arr(buffer->data(), dims.size(), dims.data(), owner, nullptr, dt,
-                    device.is_host() ? kDLCPU : kDLCUDA, device.index);
-  return nb::cast(arr, nb::rv_policy::reference);
+}
+
+DLDataType dl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return {kDLFloat, 32, 1};
+    case DType::kF16: return {kDLFloat, 16, 1};
+    case DType::kBF16: return {kDLBfloat, 16, 1};
+    case DType::kI32: return {kDLInt, 32, 1};
+    case DType::kI64: return {kDLInt, 64, 1};
+    default: return {kDLUInt, 8, 1};  // byte types travel as uint8
+  }
+}
+
+}  // namespace
+
+// Memory moekit allocated (host or CUDA), handed to a framework through __dlpack__.
+struct OwnedArray {
+  Buffer buffer;
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::kU8;
+  Device device;
+  bool bf16_as_uint16 = false;  // numpy has no bfloat16: export raw bits
+};
+
+nb::object empty_array(const std::vector<std::int64_t>& shape, DType dtype, Device device,
+                       bool bf16_as_uint16) {
+  Shape s(shape);
+  auto* a = new OwnedArray();
+  a->buffer = Buffer(static_cast<std::size_t>(s.numel()) * dtype_size(dtype), device);
+  a->shape = shape;
+  a->dtype = dtype;
+  a->device = device;
+  a->bf16_as_uint16 = bf16_as_uint16;
+  return nb::cast(a, nb::rv_policy::take_ownership);
+}
+
+void* owned_array_data(nb::handle obj) { return nb::cast<OwnedArray&>(obj).buffer.data(); }
+
+void register_owned_array(nb::module_& m) {
+  nb::class_<OwnedArray>(m, "Array",
+                         "Memory moekit allocated; take it with your framework's from_dlpack.")
+      .def("__dlpack__",
+           [](nb::handle_t<OwnedArray> self, nb::kwargs) {
+             OwnedArray& a = nb::cast<OwnedArray&>(self);
+             auto* ctx = new ExportContext();
+             ctx->shape = a.shape;
+             ctx->owner = self.ptr();
+             Py_INCREF(ctx->owner);
+             DLTensor& t = ctx->managed.dl_tensor;
+             static char empty_data;
+             t.data = a.buffer.data() ? a.buffer.data() : static_cast<void*>(&empty_data);
+             t.device = {a.device.is_host() ? kDLCPU : kDLCUDA, a.device.index};
+             t.ndim = static_cast<std::int32_t>(a.shape.size());
+             t.dtype = a.bf16_as_uint16 && a.dtype == DType::kBF16 ? DLDataType{kDLUInt, 16, 1}
+                                                                   : dl_dtype(a.dtype);
+             t.shape = ctx->shape.data();
+             t.strides = nullptr;  // row-major
+             t.byte_offset = 0;
+             ctx->managed.manager_ctx = ctx;
+             ctx->managed.deleter = export_deleter;
+             PyObject* cap = PyCapsule_New(&ctx->managed, "dltensor", capsule_destructor);
+             if (!cap) {
+               export_deleter(&ctx->managed);
+               throw nb::python_error();
+             }
+             return nb::steal(cap);
+           })
+      .def("__dlpack_device__",
+           [](const OwnedArray& a) {
+             return nb::make_tuple(a.device.is_host() ? kDLCPU : kDLCUDA, a.device.index);
+           })
+      .def_prop_ro("shape", [](const OwnedArray& a) { return nb::tuple(nb::cast(a.shape)); })
+      .def_prop_ro("nbytes", [](const OwnedArray& a) { return a.buffer.size(); });
 }
 
 }  // namespace moekit::py

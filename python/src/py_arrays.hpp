@@ -63,6 +63,10 @@ std::string shape_label(const std::vector<std::int64_t>& s);  // -1 printed as '
 // An owning array of `dtype` and `shape` on `device` (host or CUDA), for frameworks whose own
 // allocator moekit cannot reach; the caller imports it with its from_dlpack. Byte types are
 // exported as uint8, bfloat16 as DLPack bfloat16.
-nb::object empty_array(const std::vector<std::int64_t>& shape, DType dtype, Device device);
+nb::object empty_array(const std::vector<std::int64_t>& shape, DType dtype, Device device,
+                       bool bf16_as_uint16 = false);
+// The data pointer of an array made by empty_array.
+void* owned_array_data(nb::handle obj);
+void register_owned_array(nb::module_& m);
 
 }  // namespace moekit::py

@@ -365,9 +365,8 @@ class Layer {
     nb::dict d;
     auto put = [&](const char* name, const Tensor& t) {
       if (!t.defined()) return;
-      nb::object a = empty_array(t.shape().vec(), t.dtype(), Device::host());
-      Array arr = nb::cast<Array>(a);
-      if (t.nbytes()) std::memcpy(const_cast<void*>(arr.data()), t.data(), t.nbytes());
+      nb::object a = empty_array(t.shape().vec(), t.dtype(), Device::host(), true);
+      if (t.nbytes()) std::memcpy(owned_array_data(a), t.data(), t.nbytes());
       d[name] = a;
     };
     put("w13", weights_.w13.values);

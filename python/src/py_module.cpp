@@ -112,6 +112,7 @@ NB_MODULE(_C, m) {
       moekit::device_runtime::synchronize();
     }
   }, "Waits for all work on the current CUDA device (no-op without CUDA).");
+  register_owned_array(m);
   register_quant(m);
   register_layer(m);
 }
