@@ -237,8 +237,9 @@ _GENERIC = Framework()
 _by_type: dict = {}
 
 
-def framework_of(x: Any) -> Framework:
-    """The adapter for x's framework (cached per type)."""
+def framework_of(x: Any, name: str = "x") -> Framework:
+    """The adapter for x's framework (cached per type); TypeError naming the argument when x is
+    not an array."""
     t = type(x)
     fw = _by_type.get(t)
     if fw is not None:
@@ -256,7 +257,7 @@ def framework_of(x: Any) -> Framework:
         fw = _GENERIC
     else:
         raise TypeError(
-            f"expected an array (torch.Tensor, jax.Array, cupy.ndarray, numpy.ndarray or any "
+            f"{name}: expected an array (torch.Tensor, jax.Array, cupy.ndarray, numpy.ndarray or any "
             f"DLPack producer), got {t.__module__}.{t.__qualname__}"
         )
     _by_type[t] = fw

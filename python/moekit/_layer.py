@@ -178,7 +178,7 @@ class MoE:
             for name, a in given.items():
                 if a is None:
                     continue
-                fw = framework_of(a)
+                fw = framework_of(a, name)
                 fw.synchronize(a)  # weights are copied on the host: finish pending writes first
                 arrays[name] = fw.export(a)
             self._layer = _C.Layer(config, arrays)
@@ -218,7 +218,7 @@ class MoE:
         activations of ``dtype`` ('bfloat16', or 'float32' on the CPU) and up to ``max_tokens``
         tokens per chunk (longer inputs run in chunks). Synchronous; call before CUDA-graph
         capture."""
-        max_tokens = max_tokens or self.max_tokens
+        max_tokens = self.max_tokens if max_tokens is None else max_tokens
         backend = backend or self.backend_request
         device = "cuda:0" if device == "cuda" else device
         with self._lock:
@@ -288,7 +288,7 @@ class MoE:
         if not self._layer.prepared:
             self._ensure_prepared(fw, x)
         out = fw.empty((x.shape[0], self.hidden_size), self._layer.dtype, x)
-        lfw = framework_of(router_logits)
+        lfw = framework_of(router_logits, "router_logits")
         self._layer.apply_logits(fw.export(x), lfw.export(router_logits), fw.export(out), fw.stream(x))
         if fw.synchronous_cuda and self._layer.device != "cpu":
             _C.synchronize()
@@ -308,8 +308,8 @@ class MoE:
     def _forward_routed_impl(self, fw, x: Any, topk_ids: Any, topk_weights: Any) -> Any:
         if not self._layer.prepared:
             self._ensure_prepared(fw, x)
-        ifw = framework_of(topk_ids)
-        wfw = framework_of(topk_weights)
+        ifw = framework_of(topk_ids, "topk_ids")
+        wfw = framework_of(topk_weights, "topk_weights")
         ids = ifw.to_int32(topk_ids)
         wts = wfw.to_float32(topk_weights)
         out = fw.empty((x.shape[0], self.hidden_size), self._layer.dtype, x)

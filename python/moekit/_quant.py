@@ -187,7 +187,7 @@ def _quantize_impl(fw, x, scheme, layout, backend, global_scale, rule) -> Quanti
     be = _resolve_backend(backend, device)
     outs = [None if spec is None else fw.empty(spec.shape, spec.dtype, x) for spec in shapes]
     static = _static_scale(fw, global_scale, x, x.shape[0] if len(x.shape) == 3 else 1)
-    sfw = framework_of(static) if static is not None else fw
+    sfw = framework_of(static, "global_scale") if static is not None else fw
     _C.quantize(
         fw.export(x),
         scheme,
@@ -209,7 +209,7 @@ def _quantize_impl(fw, x, scheme, layout, backend, global_scale, rule) -> Quanti
 def dequantize(q: Quantized, shape: Optional[Sequence[int]] = None, backend: str = "auto") -> Any:
     """float32 array of the original shape from a ``Quantized``. ``shape`` is needed where the
     values do not tell K (packed fp4: K = 2 * values.shape[-1] is assumed when omitted)."""
-    fw = framework_of(q.values)
+    fw = framework_of(q.values, "values")
     vshape = tuple(q.values.shape)
     if shape is None:
         shape = vshape[:-1] + (2 * vshape[-1],) if q.scheme in ("nvfp4", "nvfp4_token", "mxfp4") else vshape
