@@ -86,6 +86,9 @@ NB_MODULE(_C, m) {
   namespace nb = nanobind;
   using namespace moekit::py;
   m.doc() = "moekit C++ extension (nanobind); use the moekit package, not this module";
+  // Layers held by module-level caches (fused_experts, torch.compile graphs) live until the
+  // interpreter exits; that is not a leak worth a warning.
+  nb::set_leak_warnings(false);
 
   // moekit.Error: both a ValueError (bad input, the common case) and a RuntimeError.
   PyObject* bases = PyTuple_Pack(2, PyExc_ValueError, PyExc_RuntimeError);
