@@ -256,6 +256,17 @@ def _model_type(block: nn.Module) -> str:
     return ""
 
 
+def _moe_from_weights(w13, w2, scheme, **kw) -> _layer.MoE:
+    """bf16 weights as they are, or quantized with moekit.quantize (per expert: the batched
+    [E, rows, K] input gives one NVFP4 global scale per expert)."""
+    if scheme == "bf16":
+        return _layer.MoE(w13, w2, **kw)
+    q13, q2 = _quant.quantize(w13, scheme), _quant.quantize(w2, scheme)
+    return _layer.MoE(q13.values, q2.values, scheme=scheme, w13_scale=q13.scales,
+                      w2_scale=q2.scales, w13_global_scale=q13.global_scale,
+                      w2_global_scale=q2.global_scale, **kw)
+
+
 def from_hf_block(block: nn.Module, *, top_k: Optional[int] = None, scheme: str = "bf16",
                   backend: str = "auto", max_tokens: int = _layer.DEFAULT_MAX_TOKENS,
                   activation_quant: str = "auto", activation: str = "silu",
@@ -275,26 +286,30 @@ def from_hf_block(block: nn.Module, *, top_k: Optional[int] = None, scheme: str 
     if not top_k:
         raise ValueError("top_k: expected the number of experts per token (not found on the block)")
     kw = dict(top_k=int(top_k), routing=_routing_of(block, model_type), backend=backend,
-              max_tokens=max_tokens, activation_quant=activation_quant,
-              quantize=None if scheme == "bf16" else scheme)
+              max_tokens=max_tokens, activation_quant=activation_quant)
     returns = "hidden"
+    b13 = b2 = None
     with torch.no_grad():
         if isinstance(experts, nn.ModuleList):  # transformers 4.x: one module per expert
             names = ("w1", "w3", "w2") if hasattr(experts[0], "w1") else ("gate_proj", "up_proj", "down_proj")
             w13 = torch.stack([torch.cat([getattr(e, names[0]).weight, getattr(e, names[1]).weight]) for e in experts])
             w2 = torch.stack([getattr(e, names[2]).weight for e in experts])
-            moe = _layer.MoE(w13, w2, activation=activation, **kw)
             returns = "hidden_logits"
         elif model_type == "gpt_oss":
-            moe = _layer.MoE(
-                experts.gate_up_proj, experts.down_proj, w13_bias=experts.gate_up_proj_bias,
-                w2_bias=experts.down_proj_bias, activation="swiglu_oai",
-                swiglu_alpha=float(getattr(experts, "alpha", 1.702)),
-                swiglu_limit=float(getattr(experts, "limit", 7.0)), transposed=True,
-                w13_layout="interleaved", **kw)
+            # [E, H, 2I] with gate/up columns interleaved -> [E, 2I, H] = [gate; up]
+            gu = experts.gate_up_proj.detach().transpose(1, 2)
+            w13 = torch.cat([gu[:, 0::2], gu[:, 1::2]], dim=1).contiguous()
+            w2 = experts.down_proj.detach().transpose(1, 2).contiguous()
+            bgu = experts.gate_up_proj_bias.detach()
+            b13 = torch.cat([bgu[:, 0::2], bgu[:, 1::2]], dim=1).contiguous()
+            b2 = experts.down_proj_bias.detach()
+            kw.update(activation="swiglu_oai", swiglu_alpha=float(getattr(experts, "alpha", 1.702)),
+                      swiglu_limit=float(getattr(experts, "limit", 7.0)))
             returns = "hidden_scores"
-        else:
-            moe = _layer.MoE(experts.gate_up_proj, experts.down_proj, activation=activation, **kw)
+        else:  # transformers 5 fused experts: gate_up_proj [E, 2I, H], down_proj [E, H, I]
+            w13, w2 = experts.gate_up_proj.detach(), experts.down_proj.detach()
+        kw.setdefault("activation", activation)
+        moe = _moe_from_weights(w13.contiguous(), w2.contiguous(), scheme, w13_bias=b13, w2_bias=b2, **kw)
     device = experts.gate_up_proj.device if hasattr(experts, "gate_up_proj") else gate.weight.device
     moe.prepare("cpu" if device.type == "cpu" else f"cuda:{device.index or 0}", "bfloat16"
                 if device.type == "cuda" or gate.weight.dtype == torch.bfloat16 else "float32")
