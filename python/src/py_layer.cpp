@@ -21,8 +21,12 @@
 #include "moekit/oracle/oracle.hpp"
 #include "moekit/weights/prepare.hpp"
 #if MOEKIT_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "moekit/routing/route_cuda.hpp"
 #endif
+#include <algorithm>
+#include <chrono>
 #include "py_arrays.hpp"
 #include "py_common.hpp"
 
@@ -324,6 +328,81 @@ class Layer {
     kernel_->apply_logits(xa.view, la.view, oa.view, bias.view(), stream_of(stream));
   }
 
+  // The C++ API's own cost, for bench/python_overhead.py: host microseconds per apply_logits call
+  // (batches of `batch` calls, each batch followed by a stream synchronization outside the timed
+  // region: median over batches), and on CUDA the median GPU microseconds of a graph replay of
+  // one call (captured here, on a stream of its own).
+  nb::dict bench_cpp(nb::handle x, nb::handle logits, nb::handle out, std::uintptr_t stream,
+                     int batches, int batch) {
+    ArrayArg xa, oa;
+    const std::int64_t m = check_x_out(x, out, xa, oa);
+    ArrayArg la = import_array(logits, "router_logits");
+    expect_dtype(la, "router_logits", {DType::kF32, DType::kBF16});
+    expect_shape(la, "router_logits", {m, config_.num_experts});
+    expect_device(la, "router_logits", device_);
+    const Tensor& bias = device_.is_cuda() ? correction_bias_device_ : correction_bias_;
+    std::lock_guard<std::mutex> lock(mu_);
+    nb::gil_scoped_release release;
+    auto sync = [&] {
+#if MOEKIT_WITH_CUDA
+      if (device_.is_cuda()) cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+#endif
+    };
+    std::vector<double> per_call;
+    for (int b = 0; b < batches; ++b) {
+      sync();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < batch; ++i)
+        kernel_->apply_logits(xa.view, la.view, oa.view, bias.view(), stream_of(stream));
+      const auto t1 = std::chrono::steady_clock::now();
+      per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
+    }
+    sync();
+    std::sort(per_call.begin(), per_call.end());
+    nb::gil_scoped_acquire acquire;
+    nb::dict d;
+    d["host_us_per_call"] = per_call.empty() ? 0.0 : per_call[per_call.size() / 2];
+    d["host_us_per_call_min"] = per_call.empty() ? 0.0 : per_call.front();
+#if MOEKIT_WITH_CUDA
+    if (device_.is_cuda()) {
+      nb::gil_scoped_release again;
+      cudaStream_t s;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+      kernel_->apply_logits(xa.view, la.view, oa.view, bias.view(), s);
+      cudaStreamEndCapture(s, &graph);
+      cudaGraphInstantiate(&exec, graph, 0);
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      std::vector<double> replay;
+      for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, s);
+      for (int b = 0; b < batches; ++b) {
+        cudaEventRecord(e0, s);
+        for (int i = 0; i < batch; ++i) cudaGraphLaunch(exec, s);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        replay.push_back(1e3 * ms / batch);
+      }
+      std::sort(replay.begin(), replay.end());
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(s);
+      const cudaError_t err = cudaGetLastError();
+      nb::gil_scoped_acquire back;
+      if (err != cudaSuccess) throw Error(std::string("bench_cpp: CUDA error ") + cudaGetErrorString(err));
+      d["graph_replay_us"] = replay[replay.size() / 2];
+    }
+#endif
+    return d;
+  }
+
   bool prepared() const { return kernel_ != nullptr; }
   std::string backend() const { return prepared() ? std::string(moe_backend_name(selection_.backend)) : ""; }
   std::string kernel_name() const { return prepared() ? kernel_->name() : ""; }
@@ -602,6 +681,8 @@ void register_layer(nb::module_& m) {
            nb::arg("backend") = "auto")
       .def("apply", &Layer::apply, nb::arg("x"), nb::arg("topk_ids"), nb::arg("topk_weights"),
            nb::arg("out"), nb::arg("stream") = 0)
+      .def("bench_cpp", &Layer::bench_cpp, nb::arg("x"), nb::arg("router_logits"), nb::arg("out"),
+           nb::arg("stream"), nb::arg("batches") = 20, nb::arg("batch") = 50)
       .def("apply_logits", &Layer::apply_logits, nb::arg("x"), nb::arg("router_logits"),
            nb::arg("out"), nb::arg("stream") = 0)
       .def_prop_ro("prepared", &Layer::prepared)
