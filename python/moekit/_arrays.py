@@ -58,6 +58,10 @@ class Framework:
     def empty(self, shape, dtype: str, like: Any) -> Any:
         return _C.empty(list(shape), _CPP_DTYPE[dtype], self.device(like))
 
+    def empty_out(self, x: Any, cols: int, dtype: str) -> Any:
+        """The (M, cols) output of a layer call on x (M rows) in ``dtype``."""
+        return self.empty((x.shape[0], cols), dtype, x)
+
     def wrap(self, out: Any, like: Any) -> Any:
         """The caller's framework's array for an output made by ``empty``."""
         mod = sys.modules.get(type(like).__module__.split(".")[0])
@@ -162,15 +166,21 @@ class TorchFramework(Framework):
         return "cpu" if d.type == "cpu" else f"{d.type}:{d.index if d.index is not None else 0}"
 
     def stream(self, x):
-        if x.is_cuda:
-            idx = x.get_device()
-            if self._raw_stream is not None:
-                return self._raw_stream(idx)
-            return self.torch.cuda.current_stream(idx).cuda_stream
-        return 0
+        idx = x.get_device()  # -1 on the CPU
+        if idx < 0:
+            return 0
+        if self._raw_stream is not None:
+            return self._raw_stream(idx)
+        return self.torch.cuda.current_stream(idx).cuda_stream
 
     def empty(self, shape, dtype, like):
         return self.torch.empty(tuple(shape), dtype=self._dtypes[dtype], device=like.device)
+
+    def empty_out(self, x, cols, dtype):
+        t = self._dtypes[dtype]
+        if x.dtype == t:
+            return x.new_empty((x.shape[0], cols))
+        return self.torch.empty((x.shape[0], cols), dtype=t, device=x.device)
 
     def wrap(self, out, like):
         return out

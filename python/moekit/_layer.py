@@ -12,6 +12,16 @@ from . import _C
 from ._arrays import framework_of
 
 DEFAULT_MAX_TOKENS = 4096
+_mt = None  # moekit.torch, imported on the first torch call
+
+
+def _torch_module():
+    global _mt
+    if _mt is None:
+        from . import torch as mt
+
+        _mt = mt
+    return _mt
 _FP4 = ("nvfp4", "mxfp4")
 
 
@@ -151,6 +161,8 @@ class MoE:
         self.max_tokens = max_tokens
         self.share_workspace = share_workspace
         self._workspace = None
+        self._dtype = None  # the prepared activation dtype (None: not prepared)
+        self._on_cuda = False
         self._lock = threading.Lock()
         if _layer is not None:
             self._layer = _layer
@@ -228,6 +240,8 @@ class MoE:
                 ws = _WORKSPACES.get(device, nbytes)
             self._layer.prepare(device, dtype, max_tokens, backend, ws, stream)
             self._workspace = ws
+            self._dtype = self._layer.dtype
+            self._on_cuda = self._layer.device != "cpu"
         return self
 
     def explain(self, tokens: Optional[int] = None, device: Optional[str] = None,
@@ -277,20 +291,17 @@ class MoE:
         """Routes router_logits (M, E) float32/bfloat16 with the layer's method, then the
         experts."""
         fw = framework_of(x)
-        if fw.name == "torch":
-            from . import torch as _mt
-
-            if _mt.is_compiling():
-                return _mt.moe_op(x, router_logits, self.handle)
+        if fw.name == "torch" and _torch_module().is_compiling():
+            return _mt.moe_op(x, router_logits, self.handle)
         return self._forward_impl(fw, x, router_logits)
 
     def _forward_impl(self, fw, x: Any, router_logits: Any) -> Any:
-        if not self._layer.prepared:
+        if self._dtype is None:
             self._ensure_prepared(fw, x)
-        out = fw.empty((x.shape[0], self.hidden_size), self._layer.dtype, x)
+        out = fw.empty_out(x, self.hidden_size, self._dtype)
         lfw = framework_of(router_logits, "router_logits")
         self._layer.apply_logits(fw.export(x), lfw.export(router_logits), fw.export(out), fw.stream(x))
-        if fw.synchronous_cuda and self._layer.device != "cpu":
+        if fw.synchronous_cuda and self._on_cuda:
             _C.synchronize()
         return fw.wrap(out, x)
 
@@ -298,23 +309,20 @@ class MoE:
         """Experts on precomputed routing: topk_ids (M, k) int32/int64 in [0, E), topk_weights
         (M, k) float32 (bfloat16/float16 are widened)."""
         fw = framework_of(x)
-        if fw.name == "torch":
-            from . import torch as _mt
-
-            if _mt.is_compiling():
-                return _mt.moe_routed_op(x, topk_ids, topk_weights, self.handle)
+        if fw.name == "torch" and _torch_module().is_compiling():
+            return _mt.moe_routed_op(x, topk_ids, topk_weights, self.handle)
         return self._forward_routed_impl(fw, x, topk_ids, topk_weights)
 
     def _forward_routed_impl(self, fw, x: Any, topk_ids: Any, topk_weights: Any) -> Any:
-        if not self._layer.prepared:
+        if self._dtype is None:
             self._ensure_prepared(fw, x)
         ifw = framework_of(topk_ids, "topk_ids")
         wfw = framework_of(topk_weights, "topk_weights")
         ids = ifw.to_int32(topk_ids)
         wts = wfw.to_float32(topk_weights)
-        out = fw.empty((x.shape[0], self.hidden_size), self._layer.dtype, x)
+        out = fw.empty_out(x, self.hidden_size, self._dtype)
         self._layer.apply(fw.export(x), ifw.export(ids), wfw.export(wts), fw.export(out), fw.stream(x))
-        if fw.synchronous_cuda and self._layer.device != "cpu":
+        if fw.synchronous_cuda and self._on_cuda:
             _C.synchronize()
         return fw.wrap(out, x)
 
