@@ -55,7 +55,8 @@ _DEVICES = ("cpu", "cuda")
 @torch.library.custom_op("moekit::moe", mutates_args=(), device_types=_DEVICES)
 def _moe_op(x: torch.Tensor, router_logits: torch.Tensor, handle: int) -> torch.Tensor:
     layer = _layer.layer_by_handle(handle)
-    return layer._forward_impl(framework(), x, router_logits)
+    # Compiled graphs may hand views with other strides: moekit takes row-major arrays.
+    return layer._forward_impl(framework(), x.contiguous(), router_logits.contiguous())
 
 
 @_moe_op.register_fake
@@ -67,7 +68,8 @@ def _(x, router_logits, handle):
 def _moe_routed_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                    handle: int) -> torch.Tensor:
     layer = _layer.layer_by_handle(handle)
-    return layer._forward_routed_impl(framework(), x, topk_ids, topk_weights)
+    return layer._forward_routed_impl(framework(), x.contiguous(), topk_ids.contiguous(),
+                                      topk_weights.contiguous())
 
 
 @_moe_routed_op.register_fake
@@ -111,7 +113,7 @@ def _fused_experts_op(
     backend: str,
 ) -> torch.Tensor:
     return _layer.fused_experts(
-        x, w1, w2, topk_weights, topk_ids, scheme=scheme, activation=activation,
+        x.contiguous(), w1, w2, topk_weights.contiguous(), topk_ids.contiguous(), scheme=scheme, activation=activation,
         w1_scale=w1_scale, w2_scale=w2_scale, w1_global_scale=w1_global_scale,
         w2_global_scale=w2_global_scale, w1_bias=w1_bias, w2_bias=w2_bias, a1_scale=a1_scale,
         a2_scale=a2_scale, apply_router_weight_on_input=apply_router_weight_on_input,
@@ -140,7 +142,7 @@ def fused_experts_op(x, w1, w2, topk_weights, topk_ids, *, scheme, activation, w
 @torch.library.custom_op("moekit::quantize", mutates_args=(), device_types=_DEVICES)
 def _quantize_op(x: torch.Tensor, scheme: str, layout: str, rule: str,
                  global_scale: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    q = _quant._quantize_impl(framework(), x, scheme, layout, "auto", global_scale, rule)
+    q = _quant._quantize_impl(framework(), x.contiguous(), scheme, layout, "auto", global_scale, rule)
     empty = x.new_empty((0,), dtype=torch.float32)
     return (q.values, empty if q.scales is None else q.scales,
             empty if q.global_scale is None else q.global_scale)
