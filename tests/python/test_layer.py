@@ -62,14 +62,17 @@ def test_quantized_layers(scheme, rng):
     np.testing.assert_array_equal(moe2(x, ids, wts), y)
 
 
-def test_quantize_then_build_equals_quantize_argument(rng):
-    e, h, i = 4, 64, 32
+@pytest.mark.parametrize("scheme", ["nvfp4", "mxfp4", "fp8_block", "fp8_tensor"])
+def test_quantize_then_build_equals_quantize_argument(scheme, rng):
+    """moekit.quantize through Python arrays == the C++ reference quantizer called directly by
+    the library (MoE(quantize=...) runs quantize_moe_weights in C++), byte for byte."""
+    e, h, i = 4, 256, 128
     w13, w2 = _weights(rng, e, h, i)
-    q13, q2 = moekit.quantize(w13, "nvfp4"), moekit.quantize(w2, "nvfp4")
-    a = moekit.MoE(q13.values, q2.values, top_k=2, scheme="nvfp4", w13_scale=q13.scales,
+    q13, q2 = moekit.quantize(w13, scheme), moekit.quantize(w2, scheme)
+    a = moekit.MoE(q13.values, q2.values, top_k=2, scheme=scheme, w13_scale=q13.scales,
                    w2_scale=q2.scales, w13_global_scale=q13.global_scale,
                    w2_global_scale=q2.global_scale)
-    b = moekit.MoE(w13, w2, top_k=2, quantize="nvfp4")
+    b = moekit.MoE(w13, w2, top_k=2, quantize=scheme)
     for name, arr in b.weights().items():
         np.testing.assert_array_equal(a.weights()[name], arr, err_msg=name)
 
