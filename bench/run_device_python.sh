@@ -2,7 +2,8 @@
 # GPU machine, one device call: builds the moekit Python package offline from this checkout the way
 # a user does (pip install --no-build-isolation ., CUDA kernels included), builds the `moekit` tool
 # from the same build tree, then runs the Python test suite (its GPU tests included), the Hugging
-# Face drop-in examples and the Python call-overhead benchmark. Logs and JSON go to $OUT.
+# Face drop-in examples and the Python call-overhead benchmark. Logs and JSON go to $OUT (7 files:
+# summary.txt, build.log, pytest.log, hf_examples.log/.json, python_overhead.log/.json).
 #
 #   dev machine:  bash bench/prepare_device_python.sh       (once; prints the carry list)
 #   device call:  bash bench/run_device_python.sh           (carry: .deps/devhdr and the CUTLASS
@@ -27,13 +28,13 @@ left() { echo $((BUDGET - (SECONDS - T0))); }
 status=0
 
 {
+  echo "== env"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   $PY -c "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
   $PY -c "import nanobind, scikit_build_core; print('nanobind', nanobind.__version__, 'scikit-build-core', scikit_build_core.__version__)"
   $PY -c "import transformers, safetensors, numpy; print('transformers', transformers.__version__, 'numpy', numpy.__version__)"
   cmake --version | head -1; nvcc --version | tail -1
-} >"$OUT/env.txt" 2>&1
-step "env: $(grep -m1 -E 'H100|H200' "$OUT/env.txt" | cut -d, -f1)"
+} >>"$SUMMARY" 2>&1
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # The user path: pip install . (scikit-build-core + nanobind from the machine, no downloads).
@@ -42,23 +43,23 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     -C build-dir=build-devpy \
     -C cmake.define.CMAKE_PREFIX_PATH="$REPO/.deps/devhdr" \
     -C cmake.define.CLI11_INCLUDE_DIR="$REPO/.deps/devhdr/include" \
-    -C cmake.build-type=Release >"$OUT/pip_install.log" 2>&1
+    -C cmake.build-type=Release >"$OUT/build.log" 2>&1
   rc=$?
   step "pip install . rc=$rc ($((SECONDS - t)) s)"
-  [ $rc -eq 0 ] || { status=1; tail -30 "$OUT/pip_install.log"; }
+  [ $rc -eq 0 ] || { status=1; tail -30 "$OUT/build.log"; }
   t=$SECONDS
-  cmake --build build-devpy --target moekit_cli -j"$(nproc)" >"$OUT/cli_build.log" 2>&1
+  echo "== moekit tool" >>"$OUT/build.log"
+  cmake --build build-devpy --target moekit_cli -j"$(nproc)" >>"$OUT/build.log" 2>&1
   step "moekit tool build rc=$? ($((SECONDS - t)) s)"
 fi
 export MOEKIT_CLI=$REPO/build-devpy/moekit
-(cd /tmp && $PY -c "import moekit; print(moekit.info())") >"$OUT/info.txt" 2>&1
-step "import moekit: $(head -c 300 "$OUT/info.txt")"
+step "import moekit: $(cd /tmp && $PY -c 'import moekit; print(moekit.info())' 2>&1 | tail -c 600)"
 
 if [ "$(left)" -gt 60 ]; then
   t=$SECONDS
   # From /tmp: the installed package, not the source tree.
   (cd /tmp && timeout "$(($(left) - 30))" $PY -m pytest -q -rs -p no:cacheprovider \
-     "$REPO/tests/python" --junitxml="$OUT/pytest.xml" ${PYTEST_ARGS:-}) >"$OUT/pytest.log" 2>&1
+     "$REPO/tests/python" ${PYTEST_ARGS:-}) >"$OUT/pytest.log" 2>&1
   rc=$?
   step "pytest rc=$rc ($((SECONDS - t)) s): $(tail -1 "$OUT/pytest.log")"
   [ $rc -eq 0 ] || status=1
