@@ -22,6 +22,13 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# The Python package (python/, tests/python/): nanobind builds the extension, pytest runs its tests,
+# numpy is what the tests pass through DLPack; scikit-build-core is `pip install .`'s backend.
+if ! python3 -c "import nanobind, pytest, numpy, scikit_build_core" 2>/dev/null; then
+  echo "install_deps: pip install nanobind pytest numpy scikit-build-core"
+  python3 -m pip install -q --disable-pip-version-check nanobind pytest numpy scikit-build-core
+fi
+
 # CUTLASS/CuTe headers (PyPI nvidia-cutlass, --no-deps, build-local) when CUDA is present.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   if [ ! -f .deps/cutlass/cutlass_library/source/include/cutlass/cutlass.h ]; then

@@ -9,6 +9,7 @@
 
 #include "io/load_util.hpp"
 #include "moekit/core/error.hpp"
+#include "moekit/quant/codecs.hpp"
 #include "moekit/weights/prepare.hpp"
 
 namespace moekit::io {
@@ -17,11 +18,22 @@ namespace {
 
 using detail::fail_tensor;
 
+// How a checkpoint stores the experts of one layer.
+enum class ExpertLayout : std::uint8_t {
+  kPerExpert,    // P.experts.{e}.{w1,w3,w2 | gate_proj,up_proj,down_proj}.<suffix>
+  kFusedMxfp4,   // gpt-oss MXFP4: P.experts.{gate_up,down}_proj_{blocks,scales,bias}
+  kFusedGptOss,  // gpt-oss bf16 as transformers writes it: gate_up_proj [E, H, 2I] (gate/up
+                 // columns interleaved) (+ gate_up_proj_bias [E, 2I]), down_proj [E, I, H]
+                 // (+ down_proj_bias [E, H])
+  kFusedHalves,  // transformers 5 fused experts of other models (save_original_format=False):
+                 // gate_up_proj [E, 2I, H] = [gate; up], down_proj [E, H, I]
+};
+
 struct Naming {
   std::string prefix;                 // model.layers.{L}.mlp | model.layers.{L}.block_sparse_moe
   std::string router;                 // prefix + ".gate" | prefix + ".router"
-  bool fused = false;                 // gpt-oss: one tensor for all experts
-  std::array<const char*, 3> proj{};  // gate, up, down projection names
+  ExpertLayout layout = ExpertLayout::kPerExpert;
+  std::array<const char*, 3> proj{};  // gate, up, down projection names (per-expert layout)
 };
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer); }
@@ -46,7 +58,8 @@ std::optional<Naming> find_router(const Checkpoint& ck, int layer) {
   return std::nullopt;
 }
 
-Naming detect_naming(const Checkpoint& ck, int layer, CheckpointFormat format) {
+Naming detect_naming(const Checkpoint& ck, int layer, CheckpointFormat format,
+                     const std::string& model_type) {
   std::optional<Naming> found = find_router(ck, layer);
   if (!found) {
     const std::string b = layer_prefix(layer);
@@ -58,25 +71,31 @@ Naming detect_naming(const Checkpoint& ck, int layer, CheckpointFormat format) {
   const std::string e0 = n.prefix + ".experts.0.";
   const std::string suffix = value_suffix(format);
   if (ck.contains(n.prefix + ".experts.gate_up_proj_blocks")) {
-    n.fused = true;
+    n.layout = ExpertLayout::kFusedMxfp4;
   } else if (ck.contains(e0 + "w1." + suffix)) {
     n.proj = {"w1", "w3", "w2"};
   } else if (ck.contains(e0 + "gate_proj." + suffix)) {
     n.proj = {"gate_proj", "up_proj", "down_proj"};
   } else if (ck.contains(n.prefix + ".experts.gate_up_proj")) {
-    MOEKIT_FAIL("checkpoint '", ck.dir(), "': tensor '", n.prefix, ".experts.gate_up_proj': ",
-                "expected MXFP4 blocks (gate_up_proj_blocks), got unquantized fused gpt-oss ",
-                "experts, which moekit does not load");
+    n.layout = model_type == "gpt_oss" ? ExpertLayout::kFusedGptOss : ExpertLayout::kFusedHalves;
+    if (format != CheckpointFormat::kBF16)
+      MOEKIT_FAIL("checkpoint '", ck.dir(), "': tensor '", n.prefix, ".experts.gate_up_proj': ",
+                  "expected ", format == CheckpointFormat::kMXFP4
+                                   ? "MXFP4 blocks (gate_up_proj_blocks)"
+                                   : "per-expert quantized tensors",
+                  " for format ", checkpoint_format_name(format),
+                  ", got unquantized fused experts");
   } else {
     MOEKIT_FAIL("checkpoint '", ck.dir(), "': layer ", layer, ": expected expert tensors for ",
                 "format ", checkpoint_format_name(format), ", got none (looked for ", e0, "w1.",
                 suffix, ", ", e0, "gate_proj.", suffix, ", ", n.prefix,
-                ".experts.gate_up_proj_blocks)");
+                ".experts.gate_up_proj_blocks, ", n.prefix, ".experts.gate_up_proj)");
   }
-  if (n.fused != (format == CheckpointFormat::kMXFP4))
+  const bool mxfp4_layout = n.layout == ExpertLayout::kFusedMxfp4;
+  if (mxfp4_layout != (format == CheckpointFormat::kMXFP4))
     MOEKIT_FAIL("checkpoint '", ck.dir(), "': layer ", layer, ": expected ",
                 format == CheckpointFormat::kMXFP4 ? "fused MXFP4 experts (gate_up_proj_blocks)"
-                                                   : "per-expert tensors",
+                                                   : "per-expert or fused unquantized tensors",
                 " for format ", checkpoint_format_name(format), ", got the other layout");
   return n;
 }
@@ -119,6 +138,28 @@ void put_rows(const TensorView& src, const Tensor& dst, std::int64_t e, std::int
   auto* d = static_cast<std::uint8_t*>(dst.data()) +
             static_cast<std::size_t>(e * r_total + row0) * row_bytes;
   if (src.nbytes()) std::memcpy(d, src.data, src.nbytes());
+}
+
+// Element i of an f32 / bf16 / f16 view (possibly unaligned) as bf16 bits: bf16 copies, the others
+// round to nearest even (a transformers model saved in float32 loads as the bf16 scheme).
+std::uint16_t bf16_bits_at(const TensorView& v, std::int64_t i) {
+  const auto* p = static_cast<const std::uint8_t*>(v.data);
+  if (v.dtype == DType::kF32) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return float_to_bf16(f);
+  }
+  std::uint16_t b;
+  std::memcpy(&b, p + 2 * i, 2);
+  return v.dtype == DType::kBF16 ? b : float_to_bf16(detail::half_bits_to_float(b));
+}
+
+// put_rows for bf16 destinations from f32 / bf16 / f16 checkpoint matrices [rows, K].
+void put_rows_bf16(const TensorView& src, const Tensor& dst, std::int64_t e, std::int64_t row0) {
+  const std::int64_t r_total = dst.shape()[1], k = dst.shape()[2];
+  auto* d = dst.ptr<std::uint16_t>() + (e * r_total + row0) * k;
+  const std::int64_t n = src.numel();
+  for (std::int64_t i = 0; i < n; ++i) d[i] = bf16_bits_at(src, i);
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
@@ -186,8 +227,9 @@ void load_per_expert(const Checkpoint& ck, const Naming& nm, CheckpointFormat fo
       QuantizedTensor& dst = j < 2 ? w.w13 : w.w2;
       const std::int64_t row0 = j == 1 ? i : 0;
       if (format == CheckpointFormat::kBF16) {
-        put_rows(detail::require_tensor(ck, base + ".weight", {DType::kBF16}, Shape{n, k}),
-                 dst.values, e, row0);
+        put_rows_bf16(detail::require_tensor(ck, base + ".weight",
+                                             {DType::kBF16, DType::kF32, DType::kF16}, Shape{n, k}),
+                      dst.values, e, row0);
       } else if (format == CheckpointFormat::kFP8Block) {
         put_rows(detail::require_tensor(ck, base + ".weight", {DType::kE4M3}, Shape{n, k}),
                  dst.values, e, row0);
@@ -276,6 +318,48 @@ void load_gpt_oss_fused(const Checkpoint& ck, const Naming& nm, const MoeLayerCo
   }
 }
 
+// Unquantized fused experts (ExpertLayout::kFusedGptOss / kFusedHalves) into bf16 MoeWeights.
+void load_fused_unquantized(const Checkpoint& ck, const Naming& nm, const MoeLayerConfig& cfg,
+                            MoeWeights& w) {
+  const std::int64_t e = cfg.num_experts, h = cfg.hidden_size, i = cfg.intermediate_size;
+  const bool gpt_oss = nm.layout == ExpertLayout::kFusedGptOss;
+  const std::string p = nm.prefix + ".experts.";
+  const std::initializer_list<DType> floats = {DType::kBF16, DType::kF32, DType::kF16};
+  // gpt-oss keeps the input dimension first ([E, K, N], x @ W); the others [E, N, K] (F.linear).
+  const TensorView w13 = detail::require_tensor(ck, p + "gate_up_proj", floats,
+                                                gpt_oss ? Shape{e, h, 2 * i} : Shape{e, 2 * i, h});
+  const TensorView w2 = detail::require_tensor(ck, p + "down_proj", floats,
+                                               gpt_oss ? Shape{e, i, h} : Shape{e, h, i});
+  w.w13.config = w.w2.config = w.quant;
+  w.w13.values = Tensor(DType::kBF16, Shape{e, 2 * i, h});
+  w.w2.values = Tensor(DType::kBF16, Shape{e, h, i});
+  // [E, A, B] source (transposed: element (x, b, a)) -> [E, A, B] bf16.
+  auto convert = [](const TensorView& src, Tensor& dst, bool transposed) {
+    const std::int64_t ne = dst.shape()[0], a = dst.shape()[1], b = dst.shape()[2];
+    auto* d = dst.ptr<std::uint16_t>();
+    for (std::int64_t x = 0; x < ne; ++x)
+      for (std::int64_t r = 0; r < a; ++r)
+        for (std::int64_t c = 0; c < b; ++c)
+          d[(x * a + r) * b + c] =
+              bf16_bits_at(src, transposed ? (x * b + c) * a + r : (x * a + r) * b + c);
+  };
+  convert(w13, w.w13.values, gpt_oss);
+  convert(w2, w.w2.values, gpt_oss);
+  const TensorView b13 = detail::optional_tensor(ck, p + "gate_up_proj_bias", floats, Shape{e, 2 * i});
+  const TensorView b2 = detail::optional_tensor(ck, p + "down_proj_bias", floats, Shape{e, h});
+  if (b13.defined() != b2.defined())
+    fail_tensor(ck, p + (b13.defined() ? "down_proj_bias" : "gate_up_proj_bias"), "",
+                "present (the other projection has a bias)", "missing");
+  if (b13.defined()) {
+    w.w13_bias = detail::to_f32_tensor(b13);
+    w.w2_bias = detail::to_f32_tensor(b2);
+  }
+  if (gpt_oss) {  // gate at even, up at odd columns of gate_up_proj (and its bias): to halves
+    w.w13.values = deinterleave_gate_up(w.w13.values);
+    if (w.w13_bias.defined()) w.w13_bias = deinterleave_gate_up(w.w13_bias);
+  }
+}
+
 void load_router(const Checkpoint& ck, const Naming& nm, MoeLayerConfig& cfg, RouterWeights& r) {
   const std::int64_t e = cfg.num_experts, h = cfg.hidden_size;
   auto weight = detail::require_tensor(ck, nm.router + ".weight",
@@ -308,7 +392,7 @@ MoeLayer load_moe_layer(const Checkpoint& ck, const CheckpointInfo& info, int la
                         const MoeLoadOptions& options) {
   MOEKIT_CHECK_ARG(layer >= 0 && layer < info.num_hidden_layers, "layer",
                    "in [0, " + std::to_string(info.num_hidden_layers) + ")", layer);
-  const Naming nm = detect_naming(ck, layer, info.format);
+  const Naming nm = detect_naming(ck, layer, info.format, info.model_type);
   MoeLayer out;
   out.layer_index = layer;
   out.format = info.format;
@@ -321,10 +405,18 @@ MoeLayer load_moe_layer(const Checkpoint& ck, const CheckpointInfo& info, int la
   w.gated = is_gated(out.config.activation.kind);
   MOEKIT_CHECK(w.gated, "checkpoint '", ck.dir(), "': activation: expected a gated activation ",
                "(gate and up projections), got ", activation_name(out.config.activation.kind));
-  if (nm.fused)
-    load_gpt_oss_fused(ck, nm, out.config, w);
-  else
-    load_per_expert(ck, nm, info.format, out.config, options, w);
+  switch (nm.layout) {
+    case ExpertLayout::kFusedMxfp4:
+      load_gpt_oss_fused(ck, nm, out.config, w);
+      break;
+    case ExpertLayout::kFusedGptOss:
+    case ExpertLayout::kFusedHalves:
+      load_fused_unquantized(ck, nm, out.config, w);
+      break;
+    case ExpertLayout::kPerExpert:
+      load_per_expert(ck, nm, info.format, out.config, options, w);
+      break;
+  }
   out.config.has_bias = w.w13_bias.defined();
   load_router(ck, nm, out.config, out.router);
   try {

@@ -3,7 +3,13 @@
 // halves, ENCODE global scales, linear block scales).
 //
 // Checkpoint formats (detected from config.json "quantization_config" or hf_quant_config.json):
-//   kBF16            plain HF: per-expert bf16 `weight`.
+//   kBF16            plain HF: per-expert `weight` (bf16; f32 / f16 are rounded to bf16, so a
+//                    model transformers saved in float32 loads too), or the fused 3-D experts
+//                    transformers writes: gpt-oss `experts.gate_up_proj` [E, H, 2I] (gate/up
+//                    columns interleaved even/odd) + `gate_up_proj_bias` [E, 2I], `down_proj`
+//                    [E, I, H] + `down_proj_bias` [E, H]; other model types (transformers 5
+//                    `save_pretrained(save_original_format=False)`) `experts.gate_up_proj`
+//                    [E, 2I, H] = [gate; up] and `experts.down_proj` [E, H, I].
 //   kModelOptNVFP4   `weight` u8 [N, K/2], `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` f32
 //                    scalar (DECODE: moekit stores gs = 1 / weight_scale_2, gate and up must
 //                    share it), `input_scale` f32 scalar (DECODE: a13_scale / a2_scale = 1 / it).
@@ -19,6 +25,7 @@
 // Tensor names (prefix P = model.layers.{L}.block_sparse_moe (Mixtral) or model.layers.{L}.mlp):
 //   per-expert: P.experts.{e}.{w1,w3,w2} (Mixtral) or P.experts.{e}.{gate,up,down}_proj, + the
 //   format's suffixes above; fused (kMXFP4): P.experts.{gate_up,down}_proj_{blocks,scales,bias};
+//   fused unquantized (kBF16): P.experts.{gate_up_proj,down_proj}(_bias);
 //   router: P.gate.weight (+ P.gate.e_score_correction_bias) or P.router.weight (+ .bias).
 // config.json keys: model_type; num_local_experts | num_experts | n_routed_experts;
 //   num_experts_per_tok | experts_per_token; hidden_size; moe_intermediate_size |
