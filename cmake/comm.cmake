@@ -31,6 +31,7 @@ if(MOEKIT_WITH_CUDA AND NOT MOEKIT_WITH_NCCL STREQUAL "OFF")
                                                  IMPORTED_NO_SONAME OFF
                                                  INTERFACE_INCLUDE_DIRECTORIES "${_nccl_inc}")
     set(MOEKIT_HAVE_NCCL ON)
+    set(MOEKIT_NCCL_LIBRARY "${_nccl_lib}")  # for the installed package's config
     message(STATUS "moekit: NCCL from ${MOEKIT_NCCL_ROOT}")
   elseif(MOEKIT_WITH_NCCL STREQUAL "ON")
     message(FATAL_ERROR "MOEKIT_WITH_NCCL=ON but ${_nccl_inc}/nccl.h or ${_nccl_lib} is missing "

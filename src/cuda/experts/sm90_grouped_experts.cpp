@@ -197,6 +197,13 @@ Support Sm90GroupedExperts::quant_support(const MoeProblem& p) const {
                                      std::string(scheme_name(want)) + ", got " +
                                      std::string(scheme_name(got)));
   };
+  // The 4-bit weights' block scales as the checkpoint has them (the kernels' layouts are made by
+  // prepare_weights from the linear ones).
+  const Support linear_scales =
+      p.weight_quant.layout == ScaleLayout::kLinear
+          ? Support::yes()
+          : Support::no("weight block scales must be linear, got " +
+                        std::string(layout_name(p.weight_quant.layout)));
   switch (scheme_) {
     case GemmScheme::kBF16:
       if (Support s = need(QuantScheme::kBF16, w, "weight"); !s) return s;
@@ -209,9 +216,7 @@ Support Sm90GroupedExperts::quant_support(const MoeProblem& p) const {
       if (w != QuantScheme::kNVFP4 && w != QuantScheme::kMXFP4)
         return Support::no("weight quant must be nvfp4 or mxfp4, got " +
                            std::string(scheme_name(w)));
-      if (p.weight_quant.layout != ScaleLayout::kLinear)
-        return Support::no("weight block scales must be linear, got " +
-                           std::string(layout_name(p.weight_quant.layout)));
+      if (!linear_scales) return linear_scales;
       if (a != QuantScheme::kBF16)
         return Support::no("activation quant must be bf16 (W4A16), got " +
                            std::string(scheme_name(a)));
@@ -222,9 +227,7 @@ Support Sm90GroupedExperts::quant_support(const MoeProblem& p) const {
             "nvfp4 weights: e2m1 x e4m3 block-scale products are not exact in e4m3 (use "
             "cuda_w4a16_grouped with bf16 activations)");
       if (Support s = need(QuantScheme::kMXFP4, w, "weight"); !s) return s;
-      if (p.weight_quant.layout != ScaleLayout::kLinear)
-        return Support::no("weight block scales must be linear, got " +
-                           std::string(layout_name(p.weight_quant.layout)));
+      if (!linear_scales) return linear_scales;
       if (a != QuantScheme::kFP8PerToken)
         return Support::no("activation quant must be fp8_token (e4m3, one scale per row), got " +
                            std::string(scheme_name(a)));
@@ -336,20 +339,19 @@ void Sm90GroupedExperts::apply(const DispatchedActivations& in, const TensorView
   const std::int32_t* used_rows = offsets + e;
   const auto* topk_ids = in.topk_ids.ptr<const std::int32_t>();
   if (!fused) {
-    PermuteArgs pa;
-    pa.topk_ids = topk_ids;
-    pa.num_assignments = rows;
-    pa.num_experts = p.num_experts();
-    pa.expert_map = nullptr;
-    pa.num_local_experts = e;
-    pa.expert_offsets = offsets;
-    pa.sorted_ids = sorted;
-    pa.permuted_row = prow;
-    pa.top_k = k;
-    pa.sorted_tokens = indexed ? tokens : nullptr;
-    pa.scratch = at(workspace13, l.permute_scratch);
-    if (expert_map_.defined()) pa.expert_map = expert_map_.ptr<const std::int32_t>();
-    permute_by_expert(pa, stream);
+    permute_by_expert(
+        {.topk_ids = topk_ids,
+         .num_assignments = rows,
+         .num_experts = p.num_experts(),
+         .expert_map = expert_map_.defined() ? expert_map_.ptr<const std::int32_t>() : nullptr,
+         .num_local_experts = e,
+         .expert_offsets = offsets,
+         .sorted_ids = sorted,
+         .permuted_row = prow,
+         .top_k = k,
+         .sorted_tokens = indexed ? tokens : nullptr,
+         .scratch = at(workspace13, l.permute_scratch)},
+        stream);
   }
   // GEMM1's input rows: bf16 (f32 rows with the weight on the input rounded RN-even, the same
   // rounding as the CPU's convert_rows; the only difference to the CPU reference's f32 GEMM1

@@ -9,28 +9,22 @@ namespace moekit::gemm::sm90::cutlass_grouped {
 namespace {
 
 struct Entry {
+  GemmScheme scheme;
+  GemmKernel kernel;
   std::size_t (*workspace_bytes)(int num_experts);
   void (*run)(const GroupedGemmArgs& args);
 };
 
-Entry entry(GemmScheme scheme, GemmKernel kernel) {
-  const bool fp8 = scheme == GemmScheme::kFP8Block;
-  MOEKIT_CHECK(fp8 || scheme == GemmScheme::kBF16, "cutlass grouped GEMM: scheme ",
-               gemm_scheme_name(scheme), " has no CUTLASS kernel");
-  switch (kernel) {
-    case GemmKernel::kCutlassWide:
-      return fp8 ? Entry{fp8_block_wide_workspace_bytes, fp8_block_wide_run}
-                 : Entry{bf16_wide_workspace_bytes, bf16_wide_run};
-    case GemmKernel::kCutlassNarrow:
-      return fp8 ? Entry{fp8_block_narrow_workspace_bytes, fp8_block_narrow_run}
-                 : Entry{bf16_narrow_workspace_bytes, bf16_narrow_run};
-    case GemmKernel::kCutlassSwapWide:
-      return fp8 ? Entry{fp8_block_swap_wide_workspace_bytes, fp8_block_swap_wide_run}
-                 : Entry{bf16_swap_wide_workspace_bytes, bf16_swap_wide_run};
-    default:
-      break;
-  }
-  MOEKIT_FAIL("cutlass grouped GEMM: ", gemm_kernel_name(kernel), " is not a CUTLASS kernel");
+#define MOEKIT_CUTLASS_ENTRY(name, scheme, kernel) \
+  Entry{GemmScheme::scheme, GemmKernel::kernel, name##_workspace_bytes, name##_run},
+constexpr Entry kEntries[] = {MOEKIT_CUTLASS_CONFIG_LIST(MOEKIT_CUTLASS_ENTRY)};
+#undef MOEKIT_CUTLASS_ENTRY
+
+const Entry& entry(GemmScheme scheme, GemmKernel kernel) {
+  for (const Entry& e : kEntries)
+    if (e.scheme == scheme && e.kernel == kernel) return e;
+  MOEKIT_FAIL("cutlass grouped GEMM: no CUTLASS config for ", gemm_scheme_name(scheme), " ",
+              gemm_kernel_name(kernel));
 }
 
 }  // namespace
