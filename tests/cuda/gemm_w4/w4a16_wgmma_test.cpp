@@ -186,18 +186,25 @@ TEST(W4A16Gemm, WgmmaLongKMatchesFloat64AndReplays) {
 
 // The row gather in the wgmma K order (cuda::gather_rows, KOrder::kWgmma) equals its definition
 // (the host helper) bitwise, in order and gathered (repeats, any order; a negative index gives a
-// zero row; the device row count caps the rows written); wgmma_k_source is the same map; a row
-// size the order cannot take is refused naming the argument.
-TEST(W4A16Gemm, WgmmaKOrderGatherMatchesItsDefinition) {
-  MOEKIT_REQUIRE_GPU();
-  const std::uint32_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+// zero row; the device row count caps the rows written); a row size the order cannot take is
+// refused naming the argument.
+// wgmma_k_source is the host definition's map (no device needed); a column outside a chunk is
+// refused.
+TEST(W4A16Gemm, WgmmaKSourceIsTheKOrderMap) {
   for (int j = 0; j < 64; ++j) {
     std::vector<std::uint16_t> one(64, 0);
     one[wgmma_k_source(j)] = 1;
     EXPECT_EQ(to_wgmma_k_order(one, 1, 64)[j], 1) << "column " << j;
   }
+  EXPECT_THROW(wgmma_k_source(64), Error);
+  EXPECT_THROW(wgmma_k_source(-1), Error);
+}
+
+TEST(W4A16Gemm, WgmmaKOrderGatherMatchesItsDefinition) {
+  MOEKIT_REQUIRE_GPU();
+  const std::uint32_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
   const std::int64_t rows = 37, k = 192;
   std::vector<std::uint16_t> src(rows * k);
   std::uniform_int_distribution<int> bits(0, 0xFFFF);
@@ -262,7 +269,6 @@ TEST(W4A16Gemm, WgmmaKOrderGatherMatchesItsDefinition) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("order"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(wgmma_k_source(64), Error);
 }
 
 // GEMM1 (gated) writing its rows in the wgmma K order is BITWISE its natural-order output
