@@ -10,6 +10,7 @@
 
 #include "io/json_util.hpp"
 #include "io/load_util.hpp"
+#include "io/non_finite.hpp"
 #include "moekit/activation/activation.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/parallel.hpp"
@@ -184,6 +185,9 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
           !(x.dtype == DType::kF32 || x.dtype == DType::kBF16 || x.dtype == DType::kF16))
         MOEKIT_FAIL("calibration file '", options.calibration_file, "': tensor '", name,
                     "': expected f32/bf16/f16 [M, ", lc.hidden_size, "], got ", x.str());
+      if (const std::string bad = detail::non_finite_message(x); !bad.empty())
+        MOEKIT_FAIL("calibration file '", options.calibration_file, "': tensor '", name, "' ",
+                    bad);
       amax.amax13 = amax_of(x);
       amax.amax2 = gemm2_input_amax(x, layer.weights, layer.config.activation,
                                     options.max_calibration_tokens);

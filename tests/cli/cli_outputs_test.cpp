@@ -197,6 +197,22 @@ TEST(CliQuantize, NaNWeightsAreNamed) {
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
+TEST(CliQuantize, NonFiniteCalibrationIsNamed) {
+  const std::uint64_t seed = io::testing::test_seed();
+  MOEKIT_IO_LOG_SEED(seed);
+  Workspace w(seed);
+  Tensor calib = random_hidden_states(6, 64, DType::kF32, seed + 3);
+  calib.ptr<float>()[4 * 64 + 9] = std::numeric_limits<float>::infinity();
+  const std::string path = w.root.file("calib.safetensors");
+  io::write_safetensors(path, {{"hidden_states", calib.view()}});
+  const CliResult r = quantize({w.in, w.out, "--calibration", path});
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("tensor 'hidden_states' contains 1 Inf value, first at [4, 9]"),
+            std::string::npos)
+      << r.output;
+  w.expect_clean({"calib.safetensors"});
+}
+
 TEST(CliReplay, NonFiniteInputsAreNamedAndOutputsAreKept) {
   const std::uint64_t seed = io::testing::test_seed();
   MOEKIT_IO_LOG_SEED(seed);
