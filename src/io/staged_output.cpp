@@ -78,10 +78,17 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 #endif
 }
 
+// "out/" names the directory "out" (the staging sibling and the rename need its name).
+std::string without_trailing_separators(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 }  // namespace
 
-void check_output_path(const std::string& path, OutputKind kind, const OutputPolicy& policy) {
-  MOEKIT_CHECK_ARG(!path.empty(), policy.argument, "a path", "\"\"");
+void check_output_path(const std::string& given, OutputKind kind, const OutputPolicy& policy) {
+  MOEKIT_CHECK_ARG(!given.empty(), policy.argument, "a path", "\"\"");
+  const std::string path = without_trailing_separators(given);
   const fs::path p(path);
   fs::path parent = p.parent_path();
   if (parent.empty()) parent = ".";
@@ -124,7 +131,9 @@ void check_output_path(const std::string& path, OutputKind kind, const OutputPol
 }
 
 StagedOutput::StagedOutput(std::string path, OutputKind kind, OutputPolicy policy)
-    : path_(std::move(path)), kind_(kind), policy_(std::move(policy)) {
+    : path_(without_trailing_separators(std::move(path))),
+      kind_(kind),
+      policy_(std::move(policy)) {
   check_output_path(path_, kind_, policy_);
   std::lock_guard<std::mutex> lock(registry_mutex());
   staging_path_ = staging_name(fs::path(path_));

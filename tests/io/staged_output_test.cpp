@@ -44,6 +44,13 @@ TEST(StagedOutput, DirectoryAppearsOnlyOnCommit) {
   }
   EXPECT_EQ(read(out + "/a"), "new");
   EXPECT_EQ(count_entries(d.str()), 1u);  // no staging leftovers
+  // "out2/" names the directory out2.
+  {
+    StagedOutput s(d.file("out2") + "/", OutputKind::kDirectory, {});
+    EXPECT_EQ(s.path(), d.file("out2"));
+    s.commit();
+  }
+  EXPECT_TRUE(fs::is_directory(d.file("out2")));
 }
 
 TEST(StagedOutput, UncommittedOutputLeavesNothing) {
