@@ -32,6 +32,22 @@ class CliProcess {
  public:
   CliProcess(const std::vector<std::string>& args, const Env& env = {}) {
     start_ = std::chrono::steady_clock::now();
+    // Everything the child needs is built before fork(): after it, in a process with threads,
+    // only async-signal-safe calls are allowed (no malloc, no setenv).
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      const std::string key = kv.substr(0, kv.find('='));
+      bool replaced = key == "MOEKIT_BACKEND";  // the test's own must not leak into a case
+      for (const auto& [k, v] : env) replaced |= key == k;
+      if (!replaced) env_strings.push_back(kv);
+    }
+    std::vector<char*> envp, argv{const_cast<char*>(MOEKIT_CLI_BINARY)};
+    for (auto& kv : env_strings) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
     int fds[2];
     if (::pipe(fds) != 0) std::abort();
     pid_ = ::fork();
@@ -40,12 +56,7 @@ class CliProcess {
       ::dup2(fds[1], 2);
       ::close(fds[0]);
       ::close(fds[1]);
-      ::unsetenv("MOEKIT_BACKEND");  // the test's environment must not leak into the case
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> argv{const_cast<char*>(MOEKIT_CLI_BINARY)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(MOEKIT_CLI_BINARY, argv.data());
+      ::execve(MOEKIT_CLI_BINARY, argv.data(), envp.data());
       ::_exit(127);
     }
     ::close(fds[1]);
