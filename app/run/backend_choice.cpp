@@ -19,36 +19,34 @@ std::string joined(const std::vector<std::string>& names, const char* sep) {
   return s;
 }
 
-// The device a backend is built for: its refusals there are the problem's, not the machine's.
-DeviceCapabilities home_device(Backend b) {
-  const BackendTraits& t = backend_traits(b);
-  return t.on_cuda ? DeviceCapabilities::cuda_sm(t.min_sm / 10, t.min_sm % 10)
-                   : DeviceCapabilities::cpu();
-}
-
 struct Checker {
   const MoeProblem& problem;
   const DeviceCapabilities& device;
   const BackendRequest& request;
   ActivationFormat format;
 
-  Support on(Backend b, const DeviceCapabilities& d) const {
+  Support here(Backend b) const {
     if (!BackendRegistry::instance().compiled_in(b))
       return Support::no("not compiled into this build (" +
                          std::string(MOEKIT_WITH_CUDA ? "no implementation registered"
                                                       : "CUDA backend OFF") +
                          ")");
-    Support s = backend_supports(b, problem, d, format);
+    Support s = backend_supports(b, problem, device, format);
     if (s && request.precomputed_routing && backend_traits(b).monolithic)
       s = Support::no("routes inside the kernel, so it cannot take the precomputed topk_ids of "
                       "the replay file");
     return s;
   }
-  Support here(Backend b) const { return on(b, device); }
-  // Refused here but accepted on its own device or not in this build: the machine's fault.
-  bool environmental(Backend b) const {
+  // Not in this build, or built for another device than this one: its refusal says nothing
+  // about the problem.
+  bool mismatched(Backend b) const {
     if (!BackendRegistry::instance().compiled_in(b)) return true;
-    return request.device_detected && on(b, home_device(b));
+    const BackendTraits& t = backend_traits(b);
+    return t.on_cuda && !(device.is_cuda && device.sm() == t.min_sm);
+  }
+  // A refusal that is this machine's or this build's fault (exit 3), not the request's.
+  bool environmental(Backend b) const {
+    return !BackendRegistry::instance().compiled_in(b) || (request.device_detected && mismatched(b));
   }
 };
 
@@ -141,24 +139,23 @@ BackendSelection choose_backend(const MoeProblem& p, const DeviceCapabilities& d
     }
   }
 
-  // None accepted. Lead with the rule the problem breaks: the reason most candidates give on a
-  // device (and in a build) that has what they need; device and build refusals only when no
-  // candidate has another one.
+  // None accepted. Lead with the rule the problem breaks: the reason most candidates give among
+  // those built for this device (the CPU ones always are); device and build refusals only when
+  // no candidate has another one.
   std::map<std::string, std::vector<std::string>> by_reason;
   std::vector<std::string> order;
   for (const Candidate& c : sel.candidates) {
-    if (check.environmental(c.backend)) continue;
-    const std::string reason = check.on(c.backend, home_device(c.backend)).reason;
-    if (!by_reason.count(reason)) order.push_back(reason);
-    by_reason[reason].emplace_back(moe_backend_name(c.backend));
+    if (check.mismatched(c.backend)) continue;
+    if (!by_reason.count(c.reason)) order.push_back(c.reason);
+    by_reason[c.reason].emplace_back(moe_backend_name(c.backend));
   }
   const std::string more =
       request.verbose ? candidates_table(sel)
                       : std::string("\n  (--verbose lists every backend's reason)");
   if (order.empty()) {
     const Candidate& first = sel.candidates.front();
-    refuse(request.device_detected,
-           detail::concat("no backend of this build can run this problem on this machine: ",
+    refuse(check.environmental(first.backend),
+           detail::concat("no backend of this build can run this problem on this device: ",
                           moe_backend_name(first.backend), ": ", first.reason,
                           problem_line(p, device), more));
   }
