@@ -164,6 +164,8 @@ void setup_quantize(CLI::App& sub) {
                "Replace an existing non-empty output directory (its old files are deleted once "
                "the new checkpoint is complete; a directory with subdirectories is refused)");
   sub.callback([args] {
+    if (!fs::is_directory(args->input))
+      moekit::throw_arg_error("quantize", "input", "an existing checkpoint directory", args->input);
     moekit::io::QuantizeCheckpointOptions o;
     o.format = moekit::io::parse_checkpoint_format(args->format);
     o.calibration_file = args->calibration;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -119,6 +120,10 @@ RunJobReport run_job(const RunJobOptions& options) {
                    ">= 0 with --checkpoint", options.layer);
   MOEKIT_CHECK_ARG(!options.checkpoint.empty() || options.layer < 0, "--checkpoint",
                    "a checkpoint directory when --layer is given", "none");
+  MOEKIT_CHECK_ARG(options.checkpoint.empty() || std::filesystem::is_directory(options.checkpoint),
+                   "--checkpoint", "an existing checkpoint directory", options.checkpoint);
+  MOEKIT_CHECK_ARG(options.input.empty() || std::filesystem::is_regular_file(options.input),
+                   "--input", "an existing safetensors file", options.input);
   const MoeReferenceOptions numerics = parse_mode(options.mode);
   // A bad --output fails now, not after the layer ran.
   if (!options.output.empty())
