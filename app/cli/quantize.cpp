@@ -175,7 +175,13 @@ void setup_quantize(CLI::App& sub) {
     o.overwrite = args->overwrite;
     o.progress = progress_bar;
     check_resources(*args, o);
-    auto r = moekit::io::quantize_checkpoint(args->input, args->output, o);
+    moekit::io::QuantizeCheckpointResult r;
+    try {
+      r = moekit::io::quantize_checkpoint(args->input, args->output, o);
+    } catch (...) {
+      std::fputc('\n', stderr);  // end the progress bar's line before main() prints the error
+      throw;
+    }
     std::printf("quantized %zu MoE layer(s) to %s: %zu tensors written, %zu passed through -> %s\n",
                 r.layers.size(), args->format.c_str(), r.tensors_written, r.passthrough_tensors,
                 args->output.c_str());

@@ -136,6 +136,10 @@ RunJobReport run_job(const RunJobOptions& options) {
   QuantConfig quant;
   if (!options.checkpoint.empty()) {
     const io::CheckpointInfo info = io::read_checkpoint_info(options.checkpoint);
+    MOEKIT_CHECK_ARG(options.layer < info.num_hidden_layers, "--layer",
+                     "a layer of the checkpoint, in [0, " +
+                         std::to_string(info.num_hidden_layers) + ")",
+                     options.layer);
     config = info.layer;
     quant = checkpoint_quant(info.format);
   } else {
