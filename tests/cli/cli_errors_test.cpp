@@ -89,7 +89,7 @@ TEST(CliExitCodes, EveryBadInputHasItsCodeAndNamesTheProblem) {
       {{"quantize", "/nonexistent/in", "/tmp/out"}, 1,
        "quantize: input: expected an existing checkpoint directory, got /nonexistent/in"},
       {{"oracle", "--device", "sm9x"}, 1, "--device"},
-      {{"quantize", "/nonexistent/in", "/tmp/out", "--format", "int3"}, 1, "int3"},
+      {{"quantize", ".", "/tmp/out", "--format", "int3"}, 1, "int3"},
       // 1: the rule that failed first; every backend's reason only with --verbose.
       {{"run", "--hidden", "100"}, 1,
        "no backend can run this problem: hidden 100 / intermediate 512 must be multiples of 16"},
