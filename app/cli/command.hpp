@@ -1,7 +1,9 @@
 // The CLI's subcommand registry: each app/cli/<name>.cpp registers one subcommand with
 //   MOEKIT_REGISTER_COMMAND(run, "Run one MoE layer and check it", setup_run);
 // where setup_run(CLI::App& sub) adds its options and its callback (sub.callback(...)).
-// Callbacks report failures by throwing moekit::Error; main() prints it and exits 1.
+// Callbacks report failures by throwing: moekit::Error (exit 1: bad input, a failed check) or
+// app::EnvironmentError (exit 3: no GPU, no CUDA build); main() prints the message and maps it
+// (app/run/exit_status.hpp has the whole contract).
 #pragma once
 
 #include <CLI/CLI.hpp>

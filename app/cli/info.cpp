@@ -1,10 +1,13 @@
 // `moekit info`: the build (CUDA on/off), the devices found and the backends compiled in.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cli/command.hpp"
 #include "core/device_runtime.hpp"
-#include "moekit/oracle/backend.hpp"
+#include "moekit/core/error.hpp"
+#include "moekit/oracle/oracle.hpp"
+#include "run/backend_choice.hpp"
 
 namespace {
 
@@ -30,9 +33,20 @@ void setup_info(CLI::App& sub) {
                   t.on_cuda ? "sm_90a" : "cpu", moekit::activation_format_name(t.format).data(),
                   t.description);
     }
+    // The override every command honours, checked like they check it.
+    if (const char* env = std::getenv(moekit::kBackendEnvVar); env && *env) {
+      try {
+        const moekit::Backend b = moekit::app::parse_backend_name(env, moekit::kBackendEnvVar);
+        std::printf("override: %s=%s (selects %s)\n", moekit::kBackendEnvVar, env,
+                    std::string(moekit::moe_backend_name(b)).c_str());
+      } catch (const moekit::Error& e) {
+        std::printf("override: %s=%s is not usable: %s\n", moekit::kBackendEnvVar, env, e.what());
+      }
+    }
   });
 }
 
 }  // namespace
 
-MOEKIT_REGISTER_COMMAND(info, "Print the build, the devices found and the backends compiled in", setup_info);
+MOEKIT_REGISTER_COMMAND(info, "Print the build, the devices found and the backends compiled in",
+                        setup_info);

@@ -21,6 +21,7 @@
 #include "moekit/oracle/oracle.hpp"
 #include "moekit/quant/codecs.hpp"
 #include "moekit/routing/routing.hpp"
+#include "run/backend_choice.hpp"
 
 namespace moekit {
 namespace {
@@ -75,9 +76,10 @@ EpRunReport run_ep_job(const EpRunOptions& o) {
   problem.parallel = ParallelConfig::expert_parallel(config.num_experts, o.ep, 0, o.ep);
   problem.parallel.low_latency_dispatch = o.low_latency;
   problem.num_tokens = std::max<std::int64_t>((total + ep - 1) / ep, 1);  // C: tokens per rank
-  SelectOptions so;
-  so.override_name = job.backend == "reference" ? "cpu_reference" : job.backend;
-  const BackendSelection sel = select_backend(problem, device, so);
+  app::BackendRequest request;  // the one selection path of run / oracle (backend_choice.hpp)
+  request.name = job.backend;
+  request.verbose = job.verbose;
+  const BackendSelection sel = app::choose_backend(problem, device, request);
   const bool on_gpu = backend_traits(sel.backend).on_cuda;
   const DispatchSelection dispatch = select_dispatch(problem, o.dispatch);
   std::shared_ptr<Communicator> comm;
@@ -216,7 +218,7 @@ EpRunReport run_ep_job(const EpRunOptions& o) {
   double sq = 0;
   for (double v : ref) sq += v * v;
   r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
-  r.bound = run_error_bound(on_gpu ? r.backend : "reference", ro.numerics,
+  r.bound = run_error_bound(on_gpu ? sel.backend : Backend::kCpuReference, ro.numerics,
                             problem.activation_quant.scheme,
                             total * config.top_k() * config.intermediate_size);
   r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (total == 0 || sq > 0);

@@ -3,20 +3,24 @@
 // With default options this is the embedded default job (preset "tiny", NVFP4 weights, 64
 // tokens, a fixed seed).
 //
-// Backends plug in at one place: run_backend_names() lists them in priority order (the first
-// available one is what "auto" picks) and run_layer_on_backend() dispatches by name.
+// Every backend of the build runs here (run_layer_on_backend, through the oracle's kernel
+// factory make_moe_kernel): the names `moekit run` accepts are the registry's
+// (app/run/backend_choice.hpp), the same list `moekit oracle` and `moekit info` show.
+// Before allocating anything, run_job() chooses the backend and checks the host (and device)
+// memory the job will need against what is available (memory_budget.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "moekit/core/tensor.hpp"
 #include "moekit/moe/layer_config.hpp"
 #include "moekit/moe/reference.hpp"
 #include "moekit/moe/weights.hpp"
+#include "moekit/oracle/backend.hpp"
 #include "moekit/quant/scheme.hpp"
+#include "run/memory_budget.hpp"
 
 namespace moekit {
 
@@ -27,7 +31,7 @@ struct RunJobOptions {
   std::string quant = "nvfp4";  // bf16 | fp8_tensor | fp8_block | nvfp4 | mxfp4 (+ "/layout")
   std::int64_t tokens = 64;
   std::uint64_t seed = kDefaultRunSeed;
-  std::string backend = "auto";
+  std::string backend = "auto";  // a registered backend name, "reference" or "auto"
   std::string mode = "w4a16";  // w4a16 | emulate
   // Optional scale-down of the preset (0 = keep): see scaled_layer_config().
   std::int64_t hidden_size = 0;
@@ -41,6 +45,8 @@ struct RunJobOptions {
   // a safetensors file instead of random inputs; write output/topk_ids/topk_weights to another.
   std::string input;
   std::string output;
+  bool overwrite = false;  // replace an existing non-empty --output file
+  bool verbose = false;    // a refused problem lists every backend's reason
 };
 
 struct RunJobReport {
@@ -55,7 +61,7 @@ struct RunJobReport {
   std::string activation;
   std::string quant;
   std::string mode;
-  std::string backend;  // the backend that ran (after resolving "auto")
+  std::string backend;  // the backend that ran (after resolving "auto"), e.g. "cpu_reference"
   std::uint64_t seed = 0;
   int experts_touched = 0;
   int threads = 0;
@@ -71,17 +77,12 @@ struct RunJobReport {
   std::string json() const;  // one JSON object
 };
 
-// Backends run_job knows, in priority order ("reference" for now).
-std::vector<std::string> run_backend_names();
-// "auto" -> the best available backend; a known name -> itself; otherwise moekit::Error naming
-// the value and the valid ones.
-std::string resolve_run_backend(std::string_view requested);
 // Relative-L2 bound for a backend's output vs the float64 reference in a numeric mode. With
 // emulated activation quantization the reference's bound grows on small problems, where one
 // intermediate element rounding to the neighbouring code weighs more: activation_scheme is the
 // emulated activation quantization, requantized_elements the intermediate's size (M x top-k x I).
-double run_error_bound(std::string_view backend, MoeNumerics numerics,
-                       QuantScheme activation_scheme, std::int64_t requantized_elements);
+double run_error_bound(Backend backend, MoeNumerics numerics, QuantScheme activation_scheme,
+                       std::int64_t requantized_elements);
 
 // Everything a backend needs to run one layer.
 struct LayerRunInputs {
@@ -95,9 +96,24 @@ struct LayerRunInputs {
   TensorView topk_weights;              // [M, k] f32, host, or absent
   MoeReferenceOptions options;
 };
-// Runs the layer on `backend` (a resolved name); out: [M, H] f32 host.
-void run_layer_on_backend(std::string_view backend, const LayerRunInputs& inputs,
-                          const TensorView& out);
+// The problem a backend runs for these inputs (CPU backends take f32 activations, so that the
+// output is not rounded to bf16; CUDA ones bf16).
+MoeProblem layer_problem(Backend backend, const MoeLayerConfig& config, const QuantConfig& weights,
+                         std::int64_t tokens, const MoeReferenceOptions& options);
+// Runs the layer on `backend` through make_moe_kernel (host inputs; CUDA backends copy them to
+// device 0 and route there); out: [M, H] f32 host.
+void run_layer_on_backend(Backend backend, const LayerRunInputs& inputs, const TensorView& out);
+
+// The host and device memory a job needs, estimated from its sizes before anything is allocated
+// (weights with their working copies, activations, the backend's workspace, the float64 check).
+// `weight_flags` / `token_flags` name what sizes them ("--preset tiny", "--tokens 64").
+struct RunMemoryNeed {
+  app::MemoryNeed host, device;
+};
+RunMemoryNeed run_memory_need(Backend backend, const MoeLayerConfig& config,
+                              const QuantConfig& weights, std::int64_t tokens,
+                              const MoeReferenceOptions& options, const std::string& weight_flags,
+                              const std::string& token_flags);
 
 RunJobReport run_job(const RunJobOptions& options);
 

@@ -21,6 +21,11 @@ struct DeviceInfo {
 bool compiled_with_cuda();
 int device_count();  // 0 when built without CUDA or when no driver/device is present
 DeviceInfo device_info(int index);
+struct MemoryInfo {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+MemoryInfo memory_info(int device);  // cudaMemGetInfo on `device`
 void* allocate(std::size_t bytes, int device);
 void release(void* ptr, int device) noexcept;
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };

@@ -10,6 +10,9 @@ int device_count() { return 0; }
 DeviceInfo device_info(int index) {
   MOEKIT_FAIL("device_info(", index, "): moekit was built without CUDA (MOEKIT_CUDA=OFF)");
 }
+MemoryInfo memory_info(int device) {
+  MOEKIT_FAIL("memory_info(", device, "): moekit was built without CUDA (MOEKIT_CUDA=OFF)");
+}
 void* allocate(std::size_t bytes, int device) {
   MOEKIT_FAIL("cannot allocate ", bytes, " bytes on cuda:", device,
               ": moekit was built without CUDA (MOEKIT_CUDA=OFF)");

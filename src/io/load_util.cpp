@@ -1,5 +1,7 @@
 #include "io/load_util.hpp"
 
+#include "io/non_finite.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -25,7 +27,13 @@ TensorView optional_tensor(const Checkpoint& ck, const std::string& name,
   if (!ok) fail_tensor(ck, name, "dtype", dtype_list(dtypes), info.dtype);
   TensorView v = f.view(name);
   if (!(v.shape == shape)) fail_tensor(ck, name, "shape", shape.str(), v.shape.str());
+  check_finite(ck, name, v);
   return v;
+}
+
+void check_finite(const Checkpoint& ck, const std::string& name, const TensorView& v) {
+  const std::string bad = non_finite_message(v);
+  if (!bad.empty()) MOEKIT_FAIL("checkpoint '", ck.dir(), "': tensor '", name, "' ", bad);
 }
 
 TensorView require_tensor(const Checkpoint& ck, const std::string& name,

@@ -21,12 +21,16 @@ template <typename E, typename A>
                   "tensor '" + name + "'" + (field.empty() ? "" : " " + field), expected, actual);
 }
 
-// The tensor `name`, checked for presence, dtype (one of `dtypes`) and shape.
+// The tensor `name`, checked for presence, dtype (one of `dtypes`), shape and NaN / Inf values
+// (check_finite).
 TensorView require_tensor(const Checkpoint& ck, const std::string& name,
                           std::initializer_list<DType> dtypes, const Shape& shape);
 // Like require_tensor but returns an absent view when the tensor is not there.
 TensorView optional_tensor(const Checkpoint& ck, const std::string& name,
                            std::initializer_list<DType> dtypes, const Shape& shape);
+// Throws "checkpoint '<dir>': tensor '<name>' contains 3 NaN values, first at [17, 2]" when the
+// view holds NaN or Inf (non_finite.hpp).
+void check_finite(const Checkpoint& ck, const std::string& name, const TensorView& v);
 // A scalar (shape [] or [1]) f32/bf16/f16 tensor as a float.
 float read_scalar(const Checkpoint& ck, const std::string& name);
 

@@ -308,6 +308,9 @@ void load_gpt_oss_fused(const Checkpoint& ck, const Naming& nm, const MoeLayerCo
                 "present (the other projection has a bias)", "missing");
   // The checkpoint interleaves gate (even rows) and up (odd rows); moekit holds halves.
   w.w13.config = w.w2.config = w.quant;
+  // Scales stored as u8 are e8m0: 0xFF is their NaN.
+  detail::check_finite(ck, p + "gate_up_proj_scales", as(scales13, DType::kE8M0, scales13.shape));
+  detail::check_finite(ck, p + "down_proj_scales", as(scales2, DType::kE8M0, scales2.shape));
   w.w13.values = deinterleave_gate_up(as(blocks13, DType::kE2M1x2, Shape{e, 2 * i, h / 2}));
   w.w13.scales = deinterleave_gate_up(as(scales13, DType::kE8M0, Shape{e, 2 * i, h / 32}));
   w.w2.values = detail::clone(as(blocks2, DType::kE2M1x2, Shape{e, h, i / 2}));

@@ -10,10 +10,12 @@
 
 #include "io/json_util.hpp"
 #include "io/load_util.hpp"
+#include "io/non_finite.hpp"
 #include "moekit/activation/activation.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/core/parallel.hpp"
 #include "moekit/io/moe_export.hpp"
+#include "moekit/io/staged_output.hpp"
 
 namespace moekit::io {
 
@@ -100,6 +102,16 @@ json quantization_config(CheckpointFormat f, const std::vector<std::string>& exc
   return nullptr;
 }
 
+// Whether `inner` is `outer` or lies below it (both absolute and normalized).
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 void write_json(const fs::path& path, const json& j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";
@@ -116,8 +128,16 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   CheckpointInfo info = read_checkpoint_info(input_dir);
   MOEKIT_CHECK_ARG(info.format == CheckpointFormat::kBF16, "input checkpoint format", "bf16",
                    checkpoint_format_name(info.format));
-  MOEKIT_CHECK_ARG(fs::weakly_canonical(input_dir) != fs::weakly_canonical(output_dir),
-                   "output_dir", "different from the input directory", output_dir);
+  // The input is only read; the output never is the input nor holds it (--overwrite would
+  // delete it with the old output).
+  const fs::path in_abs = fs::weakly_canonical(input_dir);
+  const fs::path out_abs = fs::weakly_canonical(output_dir);
+  MOEKIT_CHECK_ARG(in_abs != out_abs, "output_dir", "different from the input directory",
+                   output_dir);
+  MOEKIT_CHECK_ARG(!is_within(in_abs, out_abs), "output_dir",
+                   "a directory that does not contain the input directory", output_dir);
+  check_output_path(output_dir, OutputKind::kDirectory,
+                    {.overwrite = options.overwrite, .argument = "output_dir"});
   const MoeLayerConfig& lc = info.layer;
   // Shape requirements of the target, checked before anything is written.
   QuantConfig qc;
@@ -138,7 +158,11 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
   std::optional<SafetensorsFile> calib;
   if (!options.calibration_file.empty()) calib = SafetensorsFile::open(options.calibration_file);
 
-  fs::create_directories(output_dir);
+  // Everything is written into a hidden sibling of output_dir, renamed into place at the end:
+  // a failure or an interruption leaves no partial checkpoint and no empty directory.
+  StagedOutput staged(output_dir, OutputKind::kDirectory,
+                      {.overwrite = options.overwrite, .argument = "output_dir"});
+  const fs::path out_dir = staged.staging_path();
   const ExpertNaming naming =
       info.model_type == "mixtral" ? ExpertNaming::kMixtral : ExpertNaming::kQwen;
   QuantizeCheckpointResult result;
@@ -161,6 +185,9 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
           !(x.dtype == DType::kF32 || x.dtype == DType::kBF16 || x.dtype == DType::kF16))
         MOEKIT_FAIL("calibration file '", options.calibration_file, "': tensor '", name,
                     "': expected f32/bf16/f16 [M, ", lc.hidden_size, "], got ", x.str());
+      if (const std::string bad = detail::non_finite_message(x); !bad.empty())
+        MOEKIT_FAIL("calibration file '", options.calibration_file, "': tensor '", name, "' ",
+                    bad);
       amax.amax13 = amax_of(x);
       amax.amax2 = gemm2_input_amax(x, layer.weights, layer.config.activation,
                                     options.max_calibration_tokens);
@@ -173,7 +200,7 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
     const std::string file = "model-moe-layer-" + std::to_string(l) + ".safetensors";
     SafetensorsWriteOptions wo;
     wo.metadata = {{"format", "pt"}, {"producer", "moekit quantize"}};
-    write_safetensors((fs::path(output_dir) / file).string(), named_views(tensors), wo);
+    write_safetensors((out_dir / file).string(), named_views(tensors), wo);
     for (const auto& t : tensors) {
       weight_map[t.name] = file;
       for (const char* router : {".gate.weight", ".router.weight"})
@@ -198,20 +225,20 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
       excluded.insert(name.substr(0, name.size() - suffix.size()));
   }
   if (!rest.empty()) {
-    write_safetensors((fs::path(output_dir) / "model-rest.safetensors").string(), rest);
+    write_safetensors((out_dir / "model-rest.safetensors").string(), rest);
     for (const auto& t : rest) weight_map[t.name] = "model-rest.safetensors";
   }
   result.passthrough_tensors = rest.size();
-  write_json(fs::path(output_dir) / "model.safetensors.index.json",
+  write_json(out_dir / "model.safetensors.index.json",
              {{"metadata", {{"producer", "moekit quantize"}}}, {"weight_map", weight_map}});
 
   json config = detail::read_json_file((fs::path(input_dir) / "config.json").string());
   const std::vector<std::string> excluded_list(excluded.begin(), excluded.end());
   config["quantization_config"] = quantization_config(options.format, excluded_list);
-  write_json(fs::path(output_dir) / "config.json", config);
+  write_json(out_dir / "config.json", config);
   if (options.format == CheckpointFormat::kModelOptNVFP4)
     write_json(
-        fs::path(output_dir) / "hf_quant_config.json",
+        out_dir / "hf_quant_config.json",
         {{"producer", {{"name", "moekit"}, {"version", "0.1.0"}}},
          {"quantization",
           {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"exclude_modules", excluded_list}}}});
@@ -222,8 +249,9 @@ QuantizeCheckpointResult quantize_checkpoint(const std::string& input_dir,
         n == "hf_quant_config.json" || n == "model.safetensors.index.json" ||
         e.file_size() > (64u << 20))
       continue;
-    fs::copy_file(e.path(), fs::path(output_dir) / n, fs::copy_options::overwrite_existing);
+    fs::copy_file(e.path(), out_dir / n, fs::copy_options::overwrite_existing);
   }
+  staged.commit();
   return result;
 }
 

@@ -3,8 +3,10 @@
 #include <cstring>
 
 #include "io/load_util.hpp"
+#include "io/non_finite.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/io/safetensors.hpp"
+#include "moekit/io/staged_output.hpp"
 
 namespace moekit::io {
 
@@ -16,10 +18,13 @@ template <typename E, typename A>
   throw_arg_error(("replay file '" + path + "'").c_str(), arg, expected, actual);
 }
 
-// f32 / bf16 kept, f16 widened to f32; rank 2 required.
+// f32 / bf16 kept, f16 widened to f32; rank 2 required; NaN / Inf refused (a layer computed on
+// them would only report a failed check or garbage).
 Tensor float_matrix(const SafetensorsFile& f, const std::string& name, bool keep_bf16) {
   TensorView v = f.view(name);
   if (v.rank() != 2) fail(f.path(), "tensor '" + name + "' shape", "rank 2", v.shape.str());
+  if (const std::string bad = detail::non_finite_message(v); !bad.empty())
+    MOEKIT_FAIL("replay file '", f.path(), "': tensor '", name, "' ", bad);
   if (v.dtype == DType::kF32 || (keep_bf16 && v.dtype == DType::kBF16)) return detail::clone(v);
   if (v.dtype == DType::kBF16 || v.dtype == DType::kF16) return detail::to_f32_tensor(v);
   fail(f.path(), "tensor '" + name + "' dtype", "f32, bf16 or f16", dtype_name(v.dtype));
@@ -84,7 +89,8 @@ ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_siz
 
 void write_replay_outputs(const std::string& path, const TensorView& output,
                           const TensorView& topk_ids, const TensorView& topk_weights,
-                          const std::map<std::string, std::string>& metadata) {
+                          const std::map<std::string, std::string>& metadata, bool overwrite) {
+  check_output_path(path, OutputKind::kFile, {.overwrite = overwrite, .argument = "output file"});
   MOEKIT_CHECK_ARG(output.rank() == 2, "output rank", 2, output.rank());
   MOEKIT_CHECK_ARG(output.dtype == DType::kF32 || output.dtype == DType::kBF16, "output dtype",
                    "f32 or bf16", dtype_name(output.dtype));

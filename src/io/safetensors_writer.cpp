@@ -1,6 +1,4 @@
-// Safetensors writer: header with 8-byte aligned padding, chosen data order, atomic file write.
-#include <unistd.h>
-
+// Safetensors writer: header with 8-byte aligned padding, chosen data order, staged file write.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include "io/safetensors_dtypes.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/io/safetensors.hpp"
+#include "moekit/io/staged_output.hpp"
 
 namespace moekit::io {
 
@@ -116,14 +115,17 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
                        const SafetensorsWriteOptions& options) {
   std::vector<Planned> order;
   std::string header = plan(tensors, options, order);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Written under a hidden sibling name and renamed into place: readers never see a partial
+  // file, and a failure or an interruption (remove_uncommitted_outputs) leaves none behind.
+  StagedOutput staged(path, OutputKind::kFile,
+                      {.overwrite = true, .argument = "write_safetensors: path"});
+  const std::string& tmp = staged.staging_path();
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) MOEKIT_FAIL("write_safetensors: cannot create '", tmp, "': ", std::strerror(errno));
   auto put = [&](const void* data, std::size_t n) {
     if (n && std::fwrite(data, 1, n, f) != n) {
       int err = errno;
       std::fclose(f);
-      std::remove(tmp.c_str());
       MOEKIT_FAIL("write_safetensors: writing '", tmp, "' failed: ", std::strerror(err));
     }
   };
@@ -132,16 +134,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   put(len, 8);
   put(header.data(), header.size());
   for (const auto& p : order) put(p.tensor->view.data, p.tensor->view.nbytes());
-  if (std::fclose(f) != 0) {
-    std::remove(tmp.c_str());
+  if (std::fclose(f) != 0)
     MOEKIT_FAIL("write_safetensors: closing '", tmp, "' failed: ", std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    MOEKIT_FAIL("write_safetensors: renaming '", tmp, "' to '", path,
-                "' failed: ", std::strerror(err));
-  }
+  staged.commit();
 }
 
 }  // namespace moekit::io

@@ -244,8 +244,9 @@ BackendSelection select_backend(const MoeProblem& p, const DeviceCapabilities& d
   if (!options.override_name.empty() && options.override_name != "auto") {
     const std::optional<Backend> b = find_moe_backend(options.override_name);
     if (!b) {
+      // The names of this build: the registry's (the list every command shows).
       std::string valid;
-      for (Backend x : all_moe_backends()) {
+      for (Backend x : BackendRegistry::instance().registered()) {
         if (!valid.empty()) valid += '|';
         valid += moe_backend_name(x);
       }

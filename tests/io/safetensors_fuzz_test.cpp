@@ -3,10 +3,9 @@
 // exception fails the test, and a crash, hang or sanitizer report kills it. Seeds come from
 // tests/io/corpus/ (regenerate with tests/io/make_corpus.py) plus random JSON-ish headers.
 //
-// Under the sanitizers (docs/io.md):
-//   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEKIT_CUDA=OFF
-//         -DMOEKIT_SANITIZE=ON && ninja -C build-asan moekit_tests
-//   MOEKIT_FUZZ_CASES=200000 MOEKIT_FUZZ_SECONDS=60 build-asan/tests/moekit_tests
+// CI runs it under ASan + UBSan with 200k cases (scripts/test_sanitizers.sh sets
+// MOEKIT_FUZZ_CASES=200000 MOEKIT_FUZZ_SECONDS=60); by hand, in that script's build directory:
+//   MOEKIT_FUZZ_CASES=200000 MOEKIT_FUZZ_SECONDS=60 build-sanitize/tests/moekit_tests
 //         --gtest_filter='SafetensorsFuzz.*'
 #include <gtest/gtest.h>
 

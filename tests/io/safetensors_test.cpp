@@ -332,7 +332,7 @@ TEST(SafetensorsWriter, RejectsBadInput) {
       [&] {
         write_safetensors("/nonexistent/dir/x.safetensors", {{"a", ok}});
       },
-      {"cannot create", "/nonexistent/dir/x.safetensors"});
+      {"write_safetensors", "existing directory", "/nonexistent/dir/x.safetensors"});
 }
 
 }  // namespace

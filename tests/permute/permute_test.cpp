@@ -36,7 +36,8 @@ Perm permute(const Tensor& ids, const Tensor* map, int e_local, int block) {
 
 Tensor i32(std::vector<std::int32_t> v, Shape s) {
   Tensor t(DType::kI32, s);
-  std::memcpy(t.data(), v.data(), v.size() * 4);
+  // An empty vector's data() may be null, and memcpy from null is undefined even for 0 bytes.
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * 4);
   return t;
 }
 

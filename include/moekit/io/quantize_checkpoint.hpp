@@ -8,6 +8,11 @@
 // (tokenizer, generation config) copied. Modules left in bf16 are listed as excluded
 // (exclude_modules / ignore / modules_to_not_convert).
 //
+// The output is written into a hidden sibling directory and renamed into place once complete
+// (io/staged_output.hpp): a failure (or an interruption, with the CLI's signal handling) leaves
+// no partial output and no empty directory; the input directory is only read. The output's parent
+// directory must exist; output_dir may be new or an empty directory.
+//
 // Static input scales (NVFP4 formats): from a calibration file (safetensors with hidden_states
 // [M, H], or model.layers.{L}.hidden_states per layer): amax13 = max |x|, amax2 = max over experts
 // and tokens of |act(x W1^T, x W3^T)| (every token through every expert: an upper bound of what
@@ -29,6 +34,9 @@ struct QuantizeCheckpointOptions {
   float default_input_amax = 2688.0f;
   std::int64_t max_calibration_tokens = 256;  // the first rows of hidden_states used for amax2
   std::vector<int> layers;                    // empty: every MoE layer
+  // Replace an existing non-empty output directory (one without subdirectories); without it such
+  // a directory is refused. See staged_output.hpp for the rules.
+  bool overwrite = false;
   // Called after each layer: (layers done, layers total, layer index).
   std::function<void(int, int, int)> progress;
 };

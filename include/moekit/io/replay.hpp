@@ -11,7 +11,8 @@
 //   topk_weights   [M, k] f32                  optional
 // plus any metadata ("__metadata__": e.g. the command line, backend, checkpoint and layer).
 // Shapes are checked against each other (same M) and, when given, against H and E; topk_ids
-// must lie in [0, E). M = 0 is allowed.
+// must lie in [0, E); floating-point tensors must hold no NaN / Inf (the error counts and locates
+// them). M = 0 is allowed.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,11 @@ ReplayInputs read_replay_inputs(const std::string& path, std::int64_t hidden_siz
                                 int num_experts = 0);
 
 // output: [M, H] f32 or bf16, host; topk_ids [M, k] i32 and topk_weights [M, k] f32 optional.
+// An existing non-empty file at `path` is replaced only with `overwrite`; the file appears
+// complete or not at all (staged_output.hpp).
 void write_replay_outputs(const std::string& path, const TensorView& output,
                           const TensorView& topk_ids = {}, const TensorView& topk_weights = {},
-                          const std::map<std::string, std::string>& metadata = {});
+                          const std::map<std::string, std::string>& metadata = {},
+                          bool overwrite = false);
 
 }  // namespace moekit::io

@@ -111,7 +111,8 @@ struct NamedTensor {
 // of 8). Names must be unique, non-empty and not "__metadata__"; errors name the tensor.
 std::vector<std::uint8_t> serialize_safetensors(const std::vector<NamedTensor>& tensors,
                                                 const SafetensorsWriteOptions& options = {});
-// Writes the file (via a temporary file in the same directory, renamed into place).
+// Writes the file under a hidden name in the same directory and renames it into place
+// (replacing an existing file; never leaving a partial one: see staged_output.hpp).
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const SafetensorsWriteOptions& options = {});
 

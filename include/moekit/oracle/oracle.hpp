@@ -43,8 +43,8 @@ struct SelectOptions {
   std::optional<ActivationFormat> format;  // default: problem.parallel.activation_format()
   std::string override_name;               // "" or "auto" = none (a CLI flag value)
   std::string override_source = "--backend";
-  // Names of the backends the caller can execute (e.g. run_backend_names() of `moekit run`;
-  // "reference" stands for cpu_reference). Empty = all. Others are refused with a reason.
+  // Names of the backends the caller can execute ("reference" stands for cpu_reference). Empty =
+  // all (what the moekit tool passes: it runs every registered backend). Others are refused.
   std::vector<std::string> executable;
 };
 
@@ -76,7 +76,7 @@ MoeProblem cli_problem(std::string_view preset, std::string_view weight_quant, s
                        bool low_latency = false, std::int64_t hidden_size = 0,
                        std::int64_t intermediate_size = 0, int num_experts = 0);
 
-// The `moekit run` backend name of a backend: "reference" for cpu_reference, else its name.
+// A backend's name in SelectOptions::executable: "reference" for cpu_reference, else its name.
 std::string run_backend_for(Backend backend);
 
 // A ready-to-prepare kernel for a selected backend (CPU backends built in; CUDA ones through the

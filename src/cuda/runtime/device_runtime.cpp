@@ -32,6 +32,17 @@ DeviceInfo device_info(int index) {
   return info;
 }
 
+MemoryInfo memory_info(int device) {
+  int previous = 0;
+  MOEKIT_CUDA_CHECK(cudaGetDevice(&previous));
+  if (previous != device) MOEKIT_CUDA_CHECK(cudaSetDevice(device));
+  MemoryInfo info;
+  const cudaError_t err = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  if (previous != device) (void)cudaSetDevice(previous);
+  MOEKIT_CUDA_CHECK(err);
+  return info;
+}
+
 void* allocate(std::size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   int previous = 0;
