@@ -1,11 +1,11 @@
-// The CUDA implementation of EpOps (src/ep/ep_ops.hpp): the cuda quantize backend, the CUDA
-// permute/finalize kernels of permute_cuda.hpp, and one raw-row gather kernel of its own. All
-// asynchronous on the stream without allocation, except download(), which synchronizes.
+// The CUDA implementation of EpOps (src/ep/ep_ops.hpp): the cuda quantize backend and the CUDA
+// permute / gather / finalize kernels (cuda/permute/, cuda/finalize/). All asynchronous on the
+// stream without allocation, except download(), which synchronizes.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
+#include "cuda/permute/permute_kernels.hpp"
 #include "cuda/prepare_finalize/prepare_finalize_kernels.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "ep/ep_ops.hpp"
@@ -20,35 +20,6 @@ std::size_t row_bytes(const TensorView& t) {
   std::int64_t per = 1;
   for (int d = 1; d < t.rank(); ++d) per *= t.size(d);
   return static_cast<std::size_t>(per) * dtype_size(t.dtype);
-}
-
-// out row r = src row index[r] (zero where index < 0). Words of 16, 4 or 1 bytes, as the row
-// size and alignment allow; one CTA per few rows, grid-stride.
-template <typename Word>
-__global__ void gather_rows_kernel(const Word* __restrict__ src, const std::int32_t* __restrict__ index,
-                                   Word* __restrict__ out, std::int64_t rows,
-                                   std::int64_t words_per_row) {
-  const std::int64_t total = rows * words_per_row;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = i / words_per_row, w = i - r * words_per_row;
-    const std::int32_t s = index[r];
-    Word v{};
-    if (s >= 0) v = src[static_cast<std::int64_t>(s) * words_per_row + w];
-    out[i] = v;
-  }
-}
-
-template <typename Word>
-void launch_gather(const void* src, const std::int32_t* index, void* out, std::int64_t rows,
-                   std::size_t rb, cudaStream_t stream) {
-  const std::int64_t words = static_cast<std::int64_t>(rb / sizeof(Word));
-  const std::int64_t total = rows * words;
-  const unsigned blocks =
-      static_cast<unsigned>(std::clamp<std::int64_t>((total + 255) / 256, 1, 132 * 32));
-  gather_rows_kernel<Word><<<blocks, 256, 0, stream>>>(static_cast<const Word*>(src), index,
-                                                       static_cast<Word*>(out), rows, words);
-  MOEKIT_CUDA_CHECK_LAUNCH();
 }
 
 class CudaEpOps final : public EpOps {
@@ -71,17 +42,15 @@ class CudaEpOps final : public EpOps {
                  out.str(), ")");
     const std::int64_t rows = out.size(0);
     if (rows == 0 || rb == 0) return;
-    const auto* idx = index.ptr<const std::int32_t>();
-    const auto aligned = [&](std::size_t a) {
-      return rb % a == 0 && reinterpret_cast<std::uintptr_t>(src.data) % a == 0 &&
-             reinterpret_cast<std::uintptr_t>(out.data) % a == 0;
-    };
-    if (aligned(16))
-      launch_gather<uint4>(src.data, idx, out.data, rows, rb, as_stream(stream));
-    else if (aligned(4))
-      launch_gather<std::uint32_t>(src.data, idx, out.data, rows, rb, as_stream(stream));
-    else
-      launch_gather<std::uint8_t>(src.data, idx, out.data, rows, rb, as_stream(stream));
+    // out row r = src row index[r], zeros where index < 0: the permute module's row gather.
+    cuda::GatherArgs g;
+    g.src = src.data;
+    g.row_bytes = static_cast<std::int64_t>(rb);
+    g.sorted_ids = index.ptr<const std::int32_t>();
+    g.top_k = 1;
+    g.max_rows = rows;
+    g.out = out.data;
+    cuda::gather_rows(g, stream);
   }
   void copy(void* dst, const void* src, std::size_t bytes, StreamHandle stream) override {
     // cudaMemcpyDefault: a static input scale may still live on the host (weights in place).
