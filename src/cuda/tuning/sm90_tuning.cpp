@@ -84,7 +84,7 @@ std::optional<std::string> forced_tile(const std::vector<std::string>& allowed) 
 // 667 vs narrow 729 us; layer_20261204_wgmma_token_classes_ab.json) and with E >= 256 below 256
 // rows (H100, 2026-12-06: deepseek-v3 4096 tokens 5207 vs wide 5500, 2048 4355 vs narrow 4505;
 // layer_20261206_fp8_wgmma_many_experts_h100.json); CUTLASS swap-AB wide for E <= 16 at 96..255
-// rows (mixtral-8x7b 512 tokens 578 vs narrow 670; layer_20261201_fp8_wide_vs_narrow.json), wide
+// rows (mixtral-8x7b 512 tokens 578 vs narrow 670; layer_20261201_bf16_fp8_run3a.json), wide
 // from 128 rows (deepseek-v3 4096 5251 vs narrow 5500), narrow below.
 GemmKernel bf16_fp8_kernel(bool fp8, int num_experts, std::int64_t rows) {
   const std::int64_t r = rows_per_holding_expert(num_experts, rows);
