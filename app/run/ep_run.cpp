@@ -183,24 +183,13 @@ EpRunReport run_ep_job(const EpRunOptions& o) {
                 static_cast<std::size_t>(n * config.hidden_size) * sizeof(float));
   }
   RunJobReport& r = rep.run;
-  r.layer = config.str();
-  r.preset = config.name;
-  r.tokens = total;
-  r.num_experts = config.num_experts;
-  r.top_k = config.top_k();
-  r.hidden_size = config.hidden_size;
-  r.intermediate_size = config.intermediate_size;
-  r.routing = config.routing.str();
-  r.activation = config.activation.str();
+  describe_layer(r, config, total);
   r.quant = problem.weight_quant.str();
   r.mode = job.mode;
   r.backend = std::string(moe_backend_name(sel.backend));
   r.seed = job.seed;
   r.threads = num_threads();
-  std::vector<char> touched(static_cast<std::size_t>(config.num_experts), 0);
-  for (std::int64_t a = 0; a < routing.topk_ids.numel(); ++a)
-    touched[static_cast<std::size_t>(routing.topk_ids.ptr<std::int32_t>()[a])] = 1;
-  for (char t : touched) r.experts_touched += t;
+  r.experts_touched = experts_touched(routing.topk_ids, config.num_experts);
   r.setup_ms = setup_ms;
   r.layer_ms = rep.max_rank_ms;
   MoeReferenceOptions ro;
@@ -212,16 +201,10 @@ EpRunReport run_ep_job(const EpRunOptions& o) {
   const std::vector<double> ref = moe_reference_float64(hidden, routing.topk_ids,
                                                         routing.topk_weights, config, weights, ro);
   r.reference_ms = ms_since(t_ref);
-  const ErrorStats err = compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
-  r.max_abs_error = err.max_abs;
-  r.relative_l2 = err.relative_l2;
-  double sq = 0;
-  for (double v : ref) sq += v * v;
-  r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
   r.bound = run_error_bound(on_gpu ? sel.backend : Backend::kCpuReference, ro.numerics,
                             problem.activation_quant.scheme,
                             total * config.top_k() * config.intermediate_size);
-  r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (total == 0 || sq > 0);
+  check_against_reference(r, out, ref);
   if (!on_gpu) {  // the single-process CPU layer of every token, bitwise
     MoeProblem single = problem;
     single.parallel = ParallelConfig{};

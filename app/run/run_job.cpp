@@ -107,6 +107,38 @@ std::string weight_flags(const RunJobOptions& o) {
 
 }  // namespace
 
+void describe_layer(RunJobReport& r, const MoeLayerConfig& config, std::int64_t tokens) {
+  r.layer = config.str();
+  r.preset = config.name;
+  r.tokens = tokens;
+  r.num_experts = config.num_experts;
+  r.top_k = config.top_k();
+  r.hidden_size = config.hidden_size;
+  r.intermediate_size = config.intermediate_size;
+  r.routing = config.routing.str();
+  r.activation = config.activation.str();
+}
+
+int experts_touched(const Tensor& topk_ids, int num_experts) {
+  std::vector<char> touched(static_cast<std::size_t>(num_experts), 0);
+  for (std::int64_t s = 0; s < topk_ids.numel(); ++s)
+    touched[static_cast<std::size_t>(topk_ids.ptr<std::int32_t>()[s])] = 1;
+  int n = 0;
+  for (char t : touched) n += t;
+  return n;
+}
+
+void check_against_reference(RunJobReport& r, const Tensor& out,
+                             const std::vector<double>& ref) {
+  const ErrorStats err = compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
+  r.max_abs_error = err.max_abs;
+  r.relative_l2 = err.relative_l2;
+  double sq = 0;
+  for (double v : ref) sq += v * v;
+  r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
+  r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (r.tokens == 0 || sq > 0);
+}
+
 RunJobReport run_job(const RunJobOptions& options) {
   const auto t_setup = std::chrono::steady_clock::now();
   MOEKIT_CHECK_ARG(options.tokens >= 0, "--tokens", ">= 0", options.tokens);
@@ -223,15 +255,7 @@ RunJobReport run_job(const RunJobOptions& options) {
   }
 
   RunJobReport r;
-  r.layer = config.str();
-  r.preset = config.name;
-  r.tokens = tokens;
-  r.num_experts = config.num_experts;
-  r.top_k = config.top_k();
-  r.hidden_size = config.hidden_size;
-  r.intermediate_size = config.intermediate_size;
-  r.routing = config.routing.str();
-  r.activation = config.activation.str();
+  describe_layer(r, config, tokens);
   r.quant = quant.str();
   r.mode = numerics.activation_quant ? numerics.activation_quant->str()
                                      : std::string(numerics_name(numerics.numerics));
@@ -268,19 +292,8 @@ RunJobReport run_job(const RunJobOptions& options) {
   const std::vector<double> ref = moe_reference_float64(
       hidden, routing.topk_ids, routing.topk_weights, config, weights, in.options);
   r.reference_ms = ms_since(t_ref);
-  std::vector<char> touched(static_cast<std::size_t>(config.num_experts), 0);
-  for (std::int64_t s = 0; s < routing.topk_ids.numel(); ++s)
-    touched[routing.topk_ids.ptr<std::int32_t>()[s]] = 1;
-  for (char t : touched) r.experts_touched += t;
-
-  const ErrorStats err = compare_to_reference(out.ptr<float>(), ref.data(), out.numel());
-  r.max_abs_error = err.max_abs;
-  r.relative_l2 = err.relative_l2;
-  double sq = 0;
-  for (double v : ref) sq += v * v;
-  r.output_rms = ref.empty() ? 0.0 : std::sqrt(sq / double(ref.size()));
-  // An all-zero reference for M > 0 would make the check vacuous: count it as a failure.
-  r.pass = std::isfinite(r.relative_l2) && r.relative_l2 <= r.bound && (tokens == 0 || sq > 0);
+  r.experts_touched = experts_touched(routing.topk_ids, config.num_experts);
+  check_against_reference(r, out, ref);
   if (!options.output.empty()) {
     std::map<std::string, std::string> meta{{"backend", r.backend}, {"quant", quant.str()},
                                             {"layer", config.str()}};

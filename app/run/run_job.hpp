@@ -77,6 +77,16 @@ struct RunJobReport {
   std::string json() const;  // one JSON object
 };
 
+// The layer's description in a report: layer, preset, tokens, E, top-k, H, I, routing, activation.
+void describe_layer(RunJobReport& report, const MoeLayerConfig& config, std::int64_t tokens);
+// How many of the layer's experts the routing topk_ids [M, k] touches.
+int experts_touched(const Tensor& topk_ids, int num_experts);
+// The check of `out` (f32 [M, H]) against the float64 reference: max_abs_error, relative_l2,
+// output_rms and pass (report.bound must be set). An all-zero reference for M > 0 would make the
+// check vacuous: it fails.
+void check_against_reference(RunJobReport& report, const Tensor& out,
+                             const std::vector<double>& reference);
+
 // Relative-L2 bound for a backend's output vs the float64 reference in a numeric mode. With
 // emulated activation quantization the reference's bound grows on small problems, where one
 // intermediate element rounding to the neighbouring code weighs more: activation_scheme is the

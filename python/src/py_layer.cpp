@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "io/load_util.hpp"
 #include "moekit/core/error.hpp"
 #include "moekit/io/checkpoint.hpp"
 #include "moekit/io/moe_loader.hpp"
 #include "moekit/moe/random_weights.hpp"
 #include "moekit/moe/reference.hpp"
 #include "moekit/oracle/oracle.hpp"
+#include "moekit/quant/codecs.hpp"
 #include "moekit/weights/prepare.hpp"
 #if MOEKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -38,26 +40,6 @@ template <typename T>
 T get(const nb::dict& d, const char* key, T fallback) {
   if (!d.contains(key) || d[key].is_none()) return fallback;
   return nb::cast<T>(d[key]);
-}
-
-std::uint16_t f32_to_bf16_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-float half_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  float mag;
-  if (exp == 0)
-    mag = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31)
-    mag = man ? NAN : INFINITY;
-  else
-    mag = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -mag : mag;
 }
 
 // A host copy of an array (any device) in `target` dtype: f32/f16/bf16 convert among themselves
@@ -80,16 +62,12 @@ Tensor host_tensor(const ArrayArg& a, DType target) {
   auto load = [&](std::int64_t i) -> float {
     if (v.dtype == DType::kF32) return static_cast<const float*>(src)[i];
     const std::uint16_t b = static_cast<const std::uint16_t*>(src)[i];
-    if (v.dtype == DType::kF16) return half_to_f32(b);
-    const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return v.dtype == DType::kF16 ? io::detail::half_bits_to_float(b) : bf16_to_float(b);
   };
   if (target == DType::kF32) {
     for (std::int64_t i = 0; i < n; ++i) out.ptr<float>()[i] = load(i);
   } else if (target == DType::kBF16) {
-    for (std::int64_t i = 0; i < n; ++i) out.ptr<std::uint16_t>()[i] = f32_to_bf16_bits(load(i));
+    for (std::int64_t i = 0; i < n; ++i) out.ptr<std::uint16_t>()[i] = float_to_bf16(load(i));
   } else {
     MOEKIT_FAIL("host_tensor: cannot convert ", dtype_name(v.dtype), " to ", dtype_name(target));
   }

@@ -64,6 +64,28 @@ void check_out(ArrayArg& a, const char* name, DType dtype, const Shape& shape, c
   expect_device(a, name, dev);
 }
 
+// The three quantized operands (values, scales, global scale) checked against the shapes of the
+// scheme on `dev`; `arrays` keeps the imported arrays alive while `view` is used.
+struct QuantizedArrays {
+  ArrayArg arrays[3];
+  QuantizedView view;
+};
+QuantizedArrays import_quantized(nb::handle values, nb::handle scales, nb::handle global_scale,
+                                 const QuantConfig& cfg, const QuantShapes& s, const Device& dev) {
+  QuantizedArrays q;
+  ArrayArg& va = q.arrays[0] = import_array(values, "values");
+  check_out(va, "values", s.value_dtype, s.values, dev);
+  ArrayArg& sa = q.arrays[1] = import_array(scales, "scales", s.scales.rank() == 0);
+  if (s.scales.rank() > 0) check_out(sa, "scales", s.scale_dtype, s.scales, dev);
+  ArrayArg& ga = q.arrays[2] = import_array(global_scale, "global_scale", !s.has_global_scale);
+  if (s.has_global_scale) check_out(ga, "global_scale", DType::kF32, s.global_scale, dev);
+  q.view.values = va.view;
+  q.view.scales = sa.view;
+  q.view.global_scale = ga.view;
+  q.view.config = cfg;
+  return q;
+}
+
 void quantize_binding(nb::handle x, const std::string& scheme, const std::string& layout,
                       const std::string& rule, const std::string& backend, nb::handle values,
                       nb::handle scales, nb::handle global_scale, nb::handle static_scale,
@@ -76,24 +98,14 @@ void quantize_binding(nb::handle x, const std::string& scheme, const std::string
   const QuantShapes s = infer_quant_shapes(xa.view.shape, cfg);
   const QuantBackend b = backend_for(backend, xa.view.device, "x");
   const Device dev = xa.view.device;
-  ArrayArg va = import_array(values, "values");
-  check_out(va, "values", s.value_dtype, s.values, dev);
-  ArrayArg sa = import_array(scales, "scales", s.scales.rank() == 0);
-  if (s.scales.rank() > 0) check_out(sa, "scales", s.scale_dtype, s.scales, dev);
-  ArrayArg ga = import_array(global_scale, "global_scale", !s.has_global_scale);
-  if (s.has_global_scale) check_out(ga, "global_scale", DType::kF32, s.global_scale, dev);
+  const QuantizedArrays out = import_quantized(values, scales, global_scale, cfg, s, dev);
   ArrayArg ss = import_array(static_scale, "global_scale", true);
   if (ss.defined()) {
     expect_dtype(ss, "global_scale", {DType::kF32});
     expect_device(ss, "global_scale", dev);
   }
-  QuantizedView out;
-  out.values = va.view;
-  out.scales = sa.view;
-  out.global_scale = ga.view;
-  out.config = cfg;
   nb::gil_scoped_release release;
-  quantize(xa.view, cfg, out, b, ss.view, stream_of(stream));
+  quantize(xa.view, cfg, out.view, b, ss.view, stream_of(stream));
 }
 
 void dequantize_binding(nb::handle values, nb::handle scales, nb::handle global_scale,
@@ -108,19 +120,9 @@ void dequantize_binding(nb::handle values, nb::handle scales, nb::handle global_
   const QuantShapes s = infer_quant_shapes(oa.view.shape, cfg);
   const QuantBackend b = backend_for(backend, oa.view.device, "out");
   const Device dev = oa.view.device;
-  ArrayArg va = import_array(values, "values");
-  check_out(va, "values", s.value_dtype, s.values, dev);
-  ArrayArg sa = import_array(scales, "scales", s.scales.rank() == 0);
-  if (s.scales.rank() > 0) check_out(sa, "scales", s.scale_dtype, s.scales, dev);
-  ArrayArg ga = import_array(global_scale, "global_scale", !s.has_global_scale);
-  if (s.has_global_scale) check_out(ga, "global_scale", DType::kF32, s.global_scale, dev);
-  QuantizedView q;
-  q.values = va.view;
-  q.scales = sa.view;
-  q.global_scale = ga.view;
-  q.config = cfg;
+  const QuantizedArrays q = import_quantized(values, scales, global_scale, cfg, s, dev);
   nb::gil_scoped_release release;
-  dequantize(q, oa.view, b, stream_of(stream));
+  dequantize(q.view, oa.view, b, stream_of(stream));
 }
 
 }  // namespace

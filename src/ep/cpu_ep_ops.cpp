@@ -8,12 +8,6 @@
 namespace moekit::ep {
 namespace {
 
-std::size_t row_bytes(const TensorView& t) {
-  std::int64_t per = 1;
-  for (int d = 1; d < t.rank(); ++d) per *= t.size(d);
-  return static_cast<std::size_t>(per) * dtype_size(t.dtype);
-}
-
 class CpuEpOps final : public EpOps {
  public:
   Device device() const override { return Device::host(); }

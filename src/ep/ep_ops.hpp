@@ -14,6 +14,13 @@
 
 namespace moekit::ep {
 
+// Bytes of one row of t (all dimensions after the first).
+inline std::size_t row_bytes(const TensorView& t) {
+  std::int64_t per = 1;
+  for (int d = 1; d < t.rank(); ++d) per *= t.size(d);
+  return static_cast<std::size_t>(per) * dtype_size(t.dtype);
+}
+
 class EpOps {
  public:
   virtual ~EpOps() = default;

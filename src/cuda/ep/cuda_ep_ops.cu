@@ -16,12 +16,6 @@ namespace {
 
 cudaStream_t as_stream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 
-std::size_t row_bytes(const TensorView& t) {
-  std::int64_t per = 1;
-  for (int d = 1; d < t.rank(); ++d) per *= t.size(d);
-  return static_cast<std::size_t>(per) * dtype_size(t.dtype);
-}
-
 class CudaEpOps final : public EpOps {
  public:
   explicit CudaEpOps(int device) : device_(device) {}
